@@ -1,0 +1,307 @@
+"""The mirror of every account's cdkd state bucket, and who may see it.
+
+The bucket is the source of truth: rows here are written by `stacks.sync` from what S3
+returned and are never edited by hand (the Django admin shows them read-only).
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Role(models.TextChoices):
+    """Per-account roles, each including the ones before it."""
+
+    VIEWER = "viewer", "Viewer"
+    OPERATOR = "operator", "Operator"
+    APPROVER = "approver", "Approver"
+    ADMIN = "admin", "Admin"
+
+    @classmethod
+    def rank(cls, role: str) -> int:
+        return [cls.VIEWER, cls.OPERATOR, cls.APPROVER, cls.ADMIN].index(role)
+
+
+class BucketStatus(models.TextChoices):
+    UNKNOWN = "unknown", "Not synced yet"
+    OK = "ok", "OK"
+    MISSING = "missing", "Bucket missing"
+    DENIED = "denied", "Access denied"
+    ERROR = "error", "Error"
+
+
+class BucketSource(models.TextChoices):
+    EXPLICIT = "explicit", "Explicit"
+    DEFAULT = "default", "Default (cdkd-state-{account})"
+    DEFAULT_LEGACY = "default-legacy", "Legacy default (cdkd-state-{account}-{region})"
+
+
+class Account(models.Model):
+    """An AWS account whose cdkd state bucket the team uses."""
+
+    account_id = models.CharField(
+        max_length=12, unique=True, validators=[RegexValidator(r"^\d{12}$", "An AWS account id is 12 digits.")]
+    )
+    name = models.CharField(max_length=100, blank=True, help_text="A label people recognise")
+    role_arn = models.CharField(
+        max_length=2048, blank=True, help_text="Role to assume in the account; empty uses the app's own credentials"
+    )
+    external_id = models.CharField(max_length=1224, blank=True)
+    bucket = models.CharField(max_length=63, blank=True, help_text="Explicit state bucket; empty resolves as cdkd does")
+    prefix = models.CharField(max_length=512, default="cdkd")
+    region = models.CharField(
+        max_length=32, blank=True, help_text="cdkd's CLI region for this account (names the legacy bucket)"
+    )
+
+    # What the last sync found out about the bucket.
+    resolved_bucket = models.CharField(max_length=63, blank=True)
+    bucket_source = models.CharField(max_length=16, choices=BucketSource.choices, blank=True)
+    bucket_region = models.CharField(max_length=32, blank=True)
+    bucket_status = models.CharField(max_length=16, choices=BucketStatus.choices, default=BucketStatus.UNKNOWN)
+    bucket_message = models.TextField(blank=True, help_text="Why the bucket is not usable, or a warning about it")
+
+    last_sync_started_at = models.DateTimeField(null=True, blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True, help_text="End of the last sync that succeeded")
+    last_sync_error = models.TextField(blank=True)
+    last_sync_counts = models.JSONField(default=dict, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "account_id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.account_id})" if self.name else self.account_id
+
+    @property
+    def label(self) -> str:
+        return self.name or self.account_id
+
+    @property
+    def cli_region(self) -> str:
+        return self.region or settings.CDKD_DEFAULT_REGION
+
+
+class Membership(models.Model):
+    """A person's role on one account. Superusers need none: they act as admin everywhere."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "account"], name="one_role_per_account")]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} on {self.account}"
+
+
+class Stack(models.Model):
+    """One `state.json` record (region-scoped or legacy) as last read from the bucket."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="stacks")
+    key = models.CharField(max_length=1024)
+    stack_name = models.CharField(max_length=1024)
+    # The key decides the region; None only for a legacy key whose body names no region.
+    region = models.CharField(max_length=64, null=True, blank=True)
+    legacy = models.BooleanField(default=False)
+
+    etag = models.CharField(max_length=128)
+    version_id = models.CharField(max_length=1024, blank=True)
+    size = models.BigIntegerField(default=0)
+    s3_last_modified = models.DateTimeField(null=True, blank=True)
+    body = models.BinaryField(help_text="The stored bytes, verbatim")
+
+    schema_version = models.IntegerField(null=True, blank=True)
+    record_last_modified = models.BigIntegerField(null=True, blank=True, help_text="The record's lastModified (ms)")
+    read_only = models.BooleanField(default=False, help_text="Written by a newer cdkd than this app knows")
+    defects = models.JSONField(default=list, blank=True)
+    has_defects = models.BooleanField(default=False)
+    body_region = models.CharField(max_length=128, blank=True, help_text="Kind of region value the body held, if it disagrees")
+    region_mismatch = models.BooleanField(default=False)
+
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_stack_name = models.CharField(max_length=1024, blank=True)
+    parent_logical_id = models.CharField(max_length=255, blank=True)
+    root_name = models.CharField(max_length=1024, help_text="The top-level stack of the ~ chain")
+    depth = models.PositiveSmallIntegerField(default=0)
+
+    resource_count = models.PositiveIntegerField(default=0)
+    output_count = models.PositiveIntegerField(default=0)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["stack_name", "region"]
+        constraints = [models.UniqueConstraint(fields=["account", "key"], name="one_stack_per_key")]
+        indexes = [
+            models.Index(fields=["stack_name"]),
+            models.Index(fields=["account", "stack_name", "region"]),
+            models.Index(fields=["account", "root_name"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stack_name} ({self.region or 'legacy'})"
+
+    @property
+    def is_nested(self) -> bool:
+        return self.depth > 0
+
+    @property
+    def region_slug(self) -> str:
+        """The region segment of the stack's URLs. A legacy record is `legacy` or
+        `legacy-{region}`, so it never collides with a region-scoped copy of the stack."""
+        if self.legacy:
+            return f"legacy-{self.region}" if self.region else "legacy"
+        return self.region or ""
+
+
+class Resource(models.Model):
+    """One row of a record's `resources`, so resources are searchable across accounts."""
+
+    stack = models.ForeignKey(Stack, on_delete=models.CASCADE, related_name="resources")
+    logical_id = models.CharField(max_length=255)
+    resource_type = models.CharField(max_length=255, blank=True)
+    physical_id = models.CharField(max_length=2048, blank=True)
+    # "" = absent in the record (the legacy SDK default), else "sdk" or "cc-api".
+    provisioned_by = models.CharField(max_length=16, blank=True)
+    deletion_policy = models.CharField(max_length=32, blank=True)
+    malformed = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["logical_id"]
+        indexes = [
+            models.Index(fields=["logical_id"]),
+            models.Index(fields=["physical_id"]),
+            models.Index(fields=["resource_type"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.logical_id} ({self.resource_type})"
+
+
+class LockState(models.TextChoices):
+    NONE = "none", "Unlocked"
+    LIVE = "live", "Locked"
+    EXPIRED = "expired", "Expired lock"
+    UNREADABLE = "unreadable", "Unreadable lock"
+
+
+class Lock(models.Model):
+    """A `lock.json` as last read. It may exist with no record beside it (a first deploy)."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="locks")
+    key = models.CharField(max_length=1024)
+    stack_name = models.CharField(max_length=1024)
+    region = models.CharField(max_length=64, null=True, blank=True)
+    stack = models.OneToOneField(Stack, null=True, blank=True, on_delete=models.SET_NULL, related_name="lock")
+
+    etag = models.CharField(max_length=128)
+    s3_last_modified = models.DateTimeField(null=True, blank=True)
+    body = models.BinaryField()
+    readable = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+    owner = models.TextField(blank=True)
+    operation = models.CharField(max_length=255, blank=True)
+    timestamp_ms = models.BigIntegerField(null=True, blank=True)
+    # None when expiresAt is absent or not a finite number: cdkd counts that as expired.
+    expires_at_ms = models.BigIntegerField(null=True, blank=True)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "key"], name="one_lock_per_key")]
+
+    def __str__(self) -> str:
+        return f"lock on {self.stack_name} ({self.region or 'legacy'})"
+
+    def state(self, at_ms: int | None = None) -> str:
+        if not self.readable:
+            return LockState.UNREADABLE
+        if self.expires_at_ms is None or (at_ms or now_ms()) >= self.expires_at_ms:
+            return LockState.EXPIRED
+        return LockState.LIVE
+
+
+class EventIndex(models.Model):
+    """A stack's `deployments/index.json` (cdkd's newest 20 runs)."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="event_indexes")
+    key = models.CharField(max_length=1024)
+    stack_name = models.CharField(max_length=1024)
+    region = models.CharField(max_length=64)
+    etag = models.CharField(max_length=128)
+    error = models.TextField(blank=True)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "key"], name="one_event_index_per_key")]
+
+    def __str__(self) -> str:
+        return f"runs of {self.stack_name} ({self.region})"
+
+
+class DeploymentRun(models.Model):
+    """One run summary from an event index."""
+
+    index = models.ForeignKey(EventIndex, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=128)
+    command = models.CharField(max_length=32, blank=True)
+    cdkd_version = models.CharField(max_length=64, blank=True)
+    started_at = models.CharField(max_length=64, blank=True)
+    finished_at = models.CharField(max_length=64, blank=True)
+    result = models.CharField(max_length=16, blank=True)
+    event_count = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["-run_id"]
+        constraints = [models.UniqueConstraint(fields=["index", "run_id"], name="one_run_per_index")]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class SyncStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    PARTIAL = "partial", "Some accounts failed"
+    FAILED = "failed", "Failed"
+
+
+class SyncRun(models.Model):
+    """One sync of one account or of all of them; created before it is queued."""
+
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="sync_runs")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    trigger = models.CharField(max_length=16, default="ui", help_text="ui, schedule or command")
+    status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.QUEUED)
+    total = models.PositiveIntegerField(default=0, help_text="Records to download, once the listing is done")
+    done = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=64, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"sync #{self.pk} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (SyncStatus.SUCCEEDED, SyncStatus.PARTIAL, SyncStatus.FAILED)
+
+    @property
+    def percent(self) -> int:
+        if self.finished:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
