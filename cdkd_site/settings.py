@@ -141,7 +141,9 @@ X_FRAME_OPTIONS = "DENY"
 # REDIS_URL="fakeredis://" keeps queues in process memory (tests and the zero-setup demo).
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 if not REDIS_URL.startswith(("redis://", "rediss://", "unix://", "fakeredis://")):
-    raise ImproperlyConfigured(f"REDIS_URL must start with redis://, rediss://, unix:// or fakeredis://, not {REDIS_URL!r}")
+    raise ImproperlyConfigured(
+        f"REDIS_URL must start with redis://, rediss://, unix:// or fakeredis://, not {REDIS_URL!r}"
+    )
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 3600},
     "sync": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 1800},

@@ -1,10 +1,27 @@
-"""Reads and writes of one state bucket. INTERFACE STUB: implemented by the AWS helper."""
+"""Reads and writes of one state bucket.
+
+Contracts:
+- Every S3 call passes `ExpectedBucketOwner` (the account id).
+- Failures are `engine.errors` types whose message names the IAM action, the bucket, the
+  key and the account: NotFound (missing key or version), BucketNotFound, AccessDenied,
+  PreconditionFailed (HTTP 412; never retried), Throttled (after the SDK's retries) and
+  EngineError for anything else. Raised errors carry `.code` and `.status` from S3.
+- `requests` counts every S3 call made through the bucket, by API name (each page of a
+  listing is one call). Safe to use from many threads: one boto3 client per bucket.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from engine import aws
+from engine.aws import AccountAccess, RequestCounter, ResolvedBucket
+from engine.errors import EngineError
 
 
 @dataclass(frozen=True)
@@ -42,25 +59,238 @@ class StateBucket:
     name: str
     region: str
     account_id: str
+    access: AccountAccess
+    resolved: ResolvedBucket
+    requests: RequestCounter
+
+    def __init__(
+        self, access: AccountAccess, session: Any, resolved: ResolvedBucket, requests: RequestCounter | None = None
+    ) -> None:
+        self.access = access
+        self.account_id = access.account_id
+        self.resolved = resolved
+        self.name = resolved.name
+        self.region = resolved.region
+        self.requests = requests if requests is not None else RequestCounter()
+        self.session = session
+        self._s3 = aws.client(session, "s3", resolved.region)
 
     @classmethod
-    def open(cls, access, *, actor: str) -> StateBucket:
-        raise NotImplementedError
+    def open(
+        cls, access: AccountAccess, *, actor: str, bucket: str | None = None, region: str | None = None
+    ) -> StateBucket:
+        """The account's bucket, seen as `actor` (who is named in the role session).
+
+        With `bucket` and `region` (cached by the sync on the account) resolution is
+        skipped; otherwise the bucket is resolved as cdkd does (see `aws.resolve_bucket`).
+        """
+        session = aws.session_for(access, actor)
+        requests = RequestCounter()
+        if bucket and region:
+            resolved = _known_bucket(access, bucket, region)
+        else:
+            resolved = aws.resolve_bucket(access, session, requests=requests)
+        return cls(access, session, resolved, requests)
+
+    def __repr__(self) -> str:
+        return f"<StateBucket {self.name} ({self.region}) of account {self.account_id}>"
+
+    @property
+    def default_prefix(self) -> str:
+        return self.access.prefix.strip("/") + "/"
+
+    # -- reads ---------------------------------------------------------------------------
 
     def list_objects(self, prefix: str | None = None) -> Iterator[ObjectInfo]:
-        raise NotImplementedError
+        """Every object under `prefix` (default: the account's state prefix plus "/"),
+        in key order, one ListObjectsV2 page at a time."""
+        params: dict[str, Any] = {"Prefix": self.default_prefix if prefix is None else prefix}
+        while True:
+            page = self._call("ListObjectsV2", self._s3.list_objects_v2, params)
+            for item in page.get("Contents", []):
+                yield ObjectInfo(
+                    key=item["Key"], etag=item["ETag"], size=item["Size"], last_modified=item["LastModified"]
+                )
+            if not page.get("IsTruncated"):
+                return
+            params["ContinuationToken"] = page["NextContinuationToken"]
 
     def get(self, key: str, *, version_id: str | None = None) -> StoredObject:
-        raise NotImplementedError
-
-    def put(
-        self, key: str, body: bytes, *, if_match: str | None = None, if_none_match: bool = False,
-        content_type: str = "application/json",
-    ) -> StoredObject:
-        raise NotImplementedError
-
-    def delete(self, key: str, *, if_match: str | None = None) -> None:
-        raise NotImplementedError
+        """The object's bytes and metadata (a given version when `version_id` is set).
+        Raises NotFound for a missing key, a delete marker or an unknown version."""
+        params: dict[str, Any] = {"Key": key}
+        api = "GetObject"
+        if version_id:
+            params["VersionId"] = version_id
+            api = "GetObjectVersion"
+        response = self._call(api, self._s3.get_object, params, key=key, version_id=version_id)
+        try:
+            body = response["Body"].read()
+        except (BotoCoreError, OSError) as exc:
+            raise aws.s3_error(exc, api=api, account_id=self.account_id, bucket=self.name, key=key) from None
+        return StoredObject(
+            key=key,
+            body=body,
+            etag=response["ETag"],
+            version_id=response.get("VersionId"),
+            last_modified=response.get("LastModified"),
+        )
 
     def versions(self, key: str) -> list[VersionInfo]:
-        raise NotImplementedError
+        """Every version and delete marker of exactly `key` (not of keys that merely start
+        with it), newest first."""
+        params: dict[str, Any] = {"Prefix": key}
+        versions: list[VersionInfo] = []
+        markers: list[VersionInfo] = []
+        while True:
+            page = self._call("ListObjectVersions", self._s3.list_object_versions, params, key=key)
+            versions += [_version(item, delete_marker=False) for item in page.get("Versions", []) if item["Key"] == key]
+            markers += [
+                _version(item, delete_marker=True) for item in page.get("DeleteMarkers", []) if item["Key"] == key
+            ]
+            if not page.get("IsTruncated"):
+                break
+            # Keys come in order and `key` sorts first under its own prefix: once the
+            # listing has moved past it, the rest belongs to sibling keys.
+            if page.get("NextKeyMarker") != key:
+                break
+            params["KeyMarker"] = page["NextKeyMarker"]
+            params["VersionIdMarker"] = page["NextVersionIdMarker"]
+        return _newest_first(versions, markers)
+
+    # -- writes --------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        content_type: str = "application/json",
+    ) -> StoredObject:
+        """Write `body` at `key`: only if its ETag is still `if_match`, or only if the key
+        does not exist (`if_none_match`). A lost condition raises PreconditionFailed."""
+        params: dict[str, Any] = {"Key": key, "Body": body, "ContentType": content_type}
+        if if_match:
+            params["IfMatch"] = if_match
+        if if_none_match:
+            params["IfNoneMatch"] = "*"
+        condition = _condition(if_match, if_none_match)
+        response = self._call("PutObject", self._s3.put_object, params, key=key, condition=condition)
+        return StoredObject(
+            key=key,
+            body=body,
+            etag=response["ETag"],
+            version_id=response.get("VersionId"),
+            last_modified=None,
+        )
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        """Delete `key` (in a versioned bucket: add a delete marker), only if its ETag is
+        still `if_match` when given. A lost condition raises PreconditionFailed."""
+        params: dict[str, Any] = {"Key": key}
+        if if_match:
+            params["IfMatch"] = if_match
+        self._call("DeleteObject", self._s3.delete_object, params, key=key, condition=_condition(if_match, False))
+
+    def purge_noncurrent(self, keys: Iterable[str]) -> list[VersionInfo]:
+        """Permanently delete every noncurrent version and delete marker of each key (the
+        current version stays). Returns what was deleted; raises on the first refusal,
+        naming the key and version (e.g. Object Lock retention)."""
+        doomed = [v for key in keys for v in self.versions(key) if not v.is_latest]
+        for start in range(0, len(doomed), 1000):
+            batch = doomed[start : start + 1000]
+            objects = [{"Key": v.key, "VersionId": v.version_id} for v in batch]
+            response = self._call(
+                "DeleteObjects", self._s3.delete_objects, {"Delete": {"Objects": objects, "Quiet": True}}
+            )
+            errors = response.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise aws.with_code(
+                    EngineError(
+                        f"s3:DeleteObjectVersion on s3://{self.name}/{first.get('Key')} "
+                        f"(version {first.get('VersionId', '?')}) in account {self.account_id} failed: "
+                        f"{first.get('Code')}: {first.get('Message', '')} ({len(errors)} version(s) not purged)"
+                    ),
+                    str(first.get("Code", "")),
+                )
+        return doomed
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _call(
+        self,
+        api: str,
+        method: Any,
+        params: dict[str, Any],
+        *,
+        key: str | None = None,
+        version_id: str | None = None,
+        condition: str = "",
+    ) -> dict[str, Any]:
+        self.requests.add(api)
+        try:
+            return method(Bucket=self.name, ExpectedBucketOwner=self.account_id, **params)
+        except (ClientError, BotoCoreError) as exc:
+            raise aws.s3_error(
+                exc,
+                api=api,
+                account_id=self.account_id,
+                bucket=self.name,
+                key=key,
+                version_id=version_id,
+                condition=condition,
+            ) from None
+
+
+def _known_bucket(access: AccountAccess, bucket: str, region: str) -> ResolvedBucket:
+    """A ResolvedBucket for a name and region known from an earlier resolution."""
+    if access.bucket:
+        return ResolvedBucket(name=bucket, source="explicit", region=region)
+    new, legacy = aws.default_bucket_names(access)
+    if bucket == legacy:
+        return ResolvedBucket(
+            name=bucket, source="default-legacy", region=region, warning=aws.legacy_warning(access, bucket)
+        )
+    return ResolvedBucket(name=bucket, source="default" if bucket == new else "explicit", region=region)
+
+
+def _version(item: dict[str, Any], *, delete_marker: bool) -> VersionInfo:
+    return VersionInfo(
+        key=item["Key"],
+        version_id=item["VersionId"],
+        last_modified=item["LastModified"],
+        size=0 if delete_marker else item.get("Size", 0),
+        is_latest=item.get("IsLatest", False),
+        delete_marker=delete_marker,
+        etag=None if delete_marker else item.get("ETag"),
+    )
+
+
+def _newest_first(versions: list[VersionInfo], markers: list[VersionInfo]) -> list[VersionInfo]:
+    """Merge S3's two newest-first lists (boto3 splits versions from delete markers).
+
+    Timestamps can tie (moto has one-second resolution); then the current entry comes
+    first and a delete marker before a version, since one deletes what was written before.
+    """
+    merged: list[VersionInfo] = []
+    i = j = 0
+    while i < len(versions) and j < len(markers):
+        version, marker = versions[i], markers[j]
+        if version.is_latest or (not marker.is_latest and version.last_modified > marker.last_modified):
+            merged.append(version)
+            i += 1
+        else:
+            merged.append(marker)
+            j += 1
+    return merged + versions[i:] + markers[j:]
+
+
+def _condition(if_match: str | None, if_none_match: bool) -> str:
+    if if_match:
+        return f": the object changed since it was read (If-Match {if_match})"
+    if if_none_match:
+        return ": the key already exists (If-None-Match *)"
+    return ""

@@ -1,15 +1,56 @@
 """cdkd's state.json and lock.json: lenient read, exact write.
 
-INTERFACE STUB: implemented by the schema helper. Names and signatures below are fixed;
-stacks.sync, the views and later operations rely on them.
+Representation (the contract stacks.sync, the views and the operations rely on):
+
+* A model stores every value EXACTLY as decoded from JSON. Declared fields are annotated
+  `Stored` (= `Any`): the cdkd type of each is in its comment, but a hand-edited or torn
+  record may hold anything there, and validation must neither fail nor coerce. That is
+  what makes both promises true at once: `parse_state` never raises, and `dump_state` of
+  an undamaged parsed record gives back the same JSON value (bytes too, for a record cdkd
+  wrote, apart from the version it stamps).
+* Unknown keys are kept at every level: at the top level and in locks through
+  `extra='allow'`, inside rows, orphan records and entries because those stay plain JSON
+  dicts inside the stored containers.
+* Key order is kept, and nothing is invented: a model dumps only the keys it was given or
+  was assigned, in the order read, new keys appended (a `model_dump(exclude_unset=True)`
+  that also keeps order).
+* Shape checks live in `state_defects` (blocking, per the seeds' malformed-container
+  rules) and typed reads in the accessors of `ParsedRecord`, which repair for display the
+  way `cdkd diff` does: an unreadable container reads as empty, an unreadable entry is
+  dropped, `exportNames` that is not a list reads as an empty set.
+
+Writers emit what cdkd's `saveState` emits: `{...state, version: 11, stackName, region}`
+through `JSON.stringify(x, null, 2)`, with no trailing newline; locks through
+`JSON.stringify(lockInfo)` (seeds 000/001, "Lock Acquisition").
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
+from json.encoder import encode_basestring  # type: ignore[attr-defined]  # JSON.stringify's string quoting
 from typing import Any
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from engine.errors import RecordRefused
+
 SUPPORTED_VERSION = 11  # the newest schema this app reads AND writes
+
+Stored = Any  # a JSON value exactly as stored; see the module docstring
+
+RETAIN_POLICIES = frozenset({"Retain", "RetainExceptOnCreate"})
 
 
 @dataclass(frozen=True)
@@ -26,28 +67,561 @@ class Defect:
         return {"code": self.code, "path": self.path, "message": self.message}
 
 
-# Defect codes (stable strings):
+# Defect codes (stable strings). Blocking (in ParsedRecord.defects, refused by dump_state):
 #   not-json, root-not-object, version-invalid, resources-missing, resources-malformed,
 #   resource-row-malformed, resource-properties-malformed, resource-attributes-malformed,
 #   outputs-malformed, orphans-malformed, orphan-record-malformed, export-names-malformed
-# (the helper may add more; each with a message.)
+# Non-blocking (in ParsedRecord.warnings, shown but never refused):
+#   region-mismatch, export-names-not-list
 
 
-class ResourceState:  # pydantic model in the real module
-    """Every ResourceState field of the seeds, unknown fields kept, key order kept."""
+# --- the order-keeping base model ---------------------------------------------------------
 
 
-class StackState:  # pydantic model in the real module
+class OrderedModel(BaseModel):
+    """Keeps unknown keys and key order, and dumps only the keys it holds.
+
+    `model_dump()` returns the keys read, in the order read (including unknown ones), then
+    any declared field or extra assigned later. An unset declared field reads as None but
+    is never emitted: use `has()` to tell an absent key from a JSON null.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    _key_order: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_key_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        instance = handler(data)
+        if isinstance(data, dict) and isinstance(instance, OrderedModel):
+            instance._key_order = list(data.keys())
+        return instance
+
+    @model_serializer(mode="wrap")
+    def _dump_in_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        present = {k: v for k, v in dumped.items() if self.has(k)}
+        ordered = {k: present.pop(k) for k in self._key_order if k in present}
+        ordered.update(present)
+        return ordered
+
+    def has(self, key: str) -> bool:
+        """True when the record holds `key` (even as JSON null)."""
+        extra = self.__pydantic_extra__ or {}
+        return key in extra or (key in type(self).model_fields and key in self.model_fields_set)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The stored value of `key` (declared or unknown), or `default` when absent."""
+        if not self.has(key):
+            return default
+        extra = self.__pydantic_extra__ or {}
+        return extra[key] if key in extra else getattr(self, key)
+
+    def set(self, key: str, value: Any) -> None:
+        """Store `key` (declared or unknown); a key already held keeps its position."""
+        setattr(self, key, value)
+        self.model_fields_set.add(key)
+
+    def discard(self, key: str) -> None:
+        """Remove `key` so it is not written (e.g. `skippedOutputs` on a non-deploy save)."""
+        extra = self.__pydantic_extra__ or {}
+        if key in extra:
+            del extra[key]
+        if key in type(self).model_fields:
+            object.__setattr__(self, key, None)
+        self.model_fields_set.discard(key)
+
+    def to_json_value(self) -> dict[str, Any]:
+        """The record as a plain JSON object (keys in stored order)."""
+        return self.model_dump()
+
+
+# --- the records --------------------------------------------------------------------------
+
+
+class ResourceState(OrderedModel):
+    """One `resources` row (or an orphan record's `state`): every field of the seeds.
+
+    Built on demand from a row dict (`ResourceState.model_validate(row)`); the stored
+    container keeps the plain dict.
+    """
+
+    physicalId: Stored = None  # string; may be a `|`-joined composite
+    resourceType: Stored = None  # string; a row without one is unreadable
+    properties: Stored = None  # object; absent or non-object is a defect
+    observedProperties: Stored = None  # object, v3+
+    attributes: Stored = None  # object; present and non-object is a defect
+    dependencies: Stored = None  # string[]
+    metadata: Stored = None  # object
+    constructPath: Stored = None  # string, no bump, informational
+    deletionPolicy: Stored = None  # 'Delete' | 'Retain' | 'Snapshot' | 'RetainExceptOnCreate', v5+
+    updateReplacePolicy: Stored = None  # same enum, v5+
+    provisionedBy: Stored = None  # 'sdk' | 'cc-api', v7+ (absent = legacy SDK default, not pinned)
+    observedBaselineRefused: Stored = None  # true or absent, v10+
+    observedBaselineRefusalReason: Stored = None  # 'unverifiable-parameter' | 'incomplete-resolution'
+    noEchoLeaves: Stored = None  # (string | number)[][], v11+
+    noEchoAttributeNames: Stored = None  # string[], v11+
+    noEchoExactEchoLeaves: Stored = None  # string[][], no bump
+    acceptedCreateOnlyDrops: Stored = None  # string[], no bump
+    maskedPropertyFingerprints: Stored = None  # Record<prop, 'sha256:…'>, no bump
+    maskedPropertyInputFingerprints: Stored = None  # Record<prop, 'inputs-sha256:…+…'>, no bump
+
+    def is_retained(self) -> bool:
+        """cdkd's `shouldRetainResource`: only Retain and RetainExceptOnCreate keep it live."""
+        return self.deletionPolicy in RETAIN_POLICIES
+
+    def dependency_ids(self) -> list[str]:
+        """`dependencies` as logical ids; a damaged list keeps only its strings."""
+        deps = self.dependencies
+        return [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
+
+
+class StateImportEntry(OrderedModel):
+    """An `imports` entry (v4+): a strong `Fn::ImportValue` reference, blocks the producer's destroy."""
+
+    sourceStack: Stored = None  # string
+    sourceRegion: Stored = None  # string, never redacted
+    exportName: Stored = None  # string; newer writers may redact it to a {{resolve:…}} or ***
+
+
+class StateOutputReadEntry(OrderedModel):
+    """An `outputReads` entry (v8+): an informational `Fn::GetStackOutput` reference."""
+
+    sourceStack: Stored = None  # string; may be redacted
+    sourceRegion: Stored = None  # string, never redacted
+    outputName: Stored = None  # string; may be redacted
+
+
+class StackOrphanRecord(OrderedModel):
+    """An `orphans` entry: a resource a rollback left live under Retain (secret-bearing)."""
+
+    logicalId: Stored = None  # string, unique in the list
+    orphanedAt: Stored = None  # epoch ms
+    state: Stored = None  # the discarded ResourceState, verbatim
+
+    def resource_state(self) -> ResourceState | None:
+        return ResourceState.model_validate(self.state) if isinstance(self.state, dict) else None
+
+
+class StackState(OrderedModel):
     """Every StackState field of versions 1-11, unknown fields kept, key order kept."""
 
+    version: Stored = None  # 1..11; absent passes the gate
+    stackName: Stored = None  # string; the key's name is stamped on write
+    region: Stored = None  # string (required from v2); the key decides
+    resources: Stored = None  # Record<logicalId, ResourceState>; absent or non-object is a defect
+    outputs: Stored = None  # Record<key, any JSON>; absent is healthy, non-object a defect
+    imports: Stored = None  # StateImportEntry[], v4+, omitted when empty
+    outputReads: Stored = None  # StateOutputReadEntry[], v8+, omitted when empty
+    exportNames: Stored = None  # string[], v9+; absent = not known, [] = exports nothing
+    skippedOutputs: Stored = None  # Record<outputKey, digest>, no bump
+    orphans: Stored = None  # StackOrphanRecord[], no bump; absent = none
+    conditionVerdicts: Stored = None  # Record<name, {verdict: boolean, fingerprint: string}>, no bump
+    parentStack: Stored = None  # string, v6+, nested children only
+    parentLogicalId: Stored = None  # string, v6+
+    parentRegion: Stored = None  # string, v6+
+    lastModified: Stored = None  # epoch ms
 
-class LockInfo:  # pydantic model in the real module
+    def resource(self, logical_id: str) -> ResourceState | None:
+        """The row of `logical_id` as a model, or None when absent or unreadable."""
+        resources = self.resources
+        row = resources.get(logical_id) if isinstance(resources, dict) else None
+        return ResourceState.model_validate(row) if _row_is_readable(row) else None
+
+
+class LockInfo(OrderedModel):
     """owner, timestamp, expiresAt, operation (optional); unknown fields kept."""
+
+    owner: Stored = None  # "user@host:pid"
+    timestamp: Stored = None  # epoch ms of acquisition
+    expiresAt: Stored = None  # epoch ms heartbeat deadline; non-finite counts as expired
+    operation: Stored = None  # string, omitted when not given
+
+    @classmethod
+    def new(cls, *, owner: str, timestamp: int, expires_at: int, operation: str | None = None) -> LockInfo:
+        """A lock as cdkd builds one: `operation` is omitted (not null) when not given."""
+        data: dict[str, Any] = {"owner": owner, "timestamp": timestamp, "expiresAt": expires_at}
+        if operation is not None:
+            data["operation"] = operation
+        return cls.model_validate(data)
+
+
+# --- small value helpers ------------------------------------------------------------------
+
+
+def describe_region_value_kind(value: Any) -> str:
+    """cdkd's `describeRegionValueKind`: the KIND of a JSON value, never the value itself
+    ("null", "an array", or an article plus the JavaScript `typeof` name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an object"
+
+
+def _is_object(value: Any) -> bool:
+    # cdkd's isReadableBag: typeof x === 'object' && x !== null && !Array.isArray(x)
+    return isinstance(value, dict)
+
+
+def _row_is_readable(row: Any) -> bool:
+    return isinstance(row, dict) and isinstance(row.get("resourceType"), str)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    """JavaScript's Number.isFinite over a decoded JSON value."""
+    if not _is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a double is Infinity in JavaScript
+        return False
+
+
+def _version_verdict(value: Any) -> tuple[str, int | None]:
+    """('ok' | 'newer' | 'invalid', the version as int). JS numbers: 3.0 is 3."""
+    if not _finite(value):
+        return "invalid", None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return "invalid", None
+        value = int(value)
+    if value < 1:
+        return "invalid", None
+    return ("newer" if value > SUPPORTED_VERSION else "ok"), value
+
+
+# --- messages -----------------------------------------------------------------------------
+
+_INERT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=,~-]*")
+_INERT_REGION = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+@dataclass(frozen=True)
+class _Where:
+    """What a message can name: the stack and region as shell-inert text, or holes."""
+
+    stack: str | None
+    region: str | None
+    legacy: bool
+
+    @property
+    def stack_arg(self) -> str:
+        if self.stack and _INERT_NAME.fullmatch(self.stack):
+            return self.stack
+        return "'<stack>'"
+
+    @property
+    def region_flag(self) -> str:
+        if self.legacy:
+            return ""  # a legacy record is selected by leaving --stack-region out
+        if self.region and _INERT_REGION.fullmatch(self.region):
+            return f" --stack-region {self.region}"
+        return " --stack-region '<region>'"
+
+    def show(self) -> str:
+        if self.legacy:
+            return "read the legacy object <prefix>/<stack>/state.json from the state bucket directly"
+        return f"inspect the stored record with `cdkd state show {self.stack_arg}{self.region_flag} --json`"
+
+    def ways_out(self, *, resource: str | None = None) -> str:
+        text = (
+            f"To repair it, {self.show()}, fix the JSON by hand and upload it as a new version of "
+            f"state.json (the only way that keeps the resources under cdkd's management); or drop the whole "
+            f"record, leaving every live AWS resource standing, with `cdkd state orphan {self.stack_arg}"
+            f"{self.region_flag}`"
+        )
+        if resource is not None and not self.legacy:
+            rid = resource if _INERT_NAME.fullmatch(resource) else "'<logicalId>'"
+            text += (
+                f"; or drop just this resource (its AWS resource stays live) with `cdkd state orphan "
+                f"{self.stack_arg}{self.region_flag} --resource {rid}`"
+            )
+        return text + "."
+
+
+_BLOCKS = "cdkd deploy, destroy, orphan, import, rollback and scrub refuse this record, and so does this app"
+
+
+def _kind_phrase(value: Any) -> str:
+    return describe_region_value_kind(value)
+
+
+# --- the malformed-container rules --------------------------------------------------------
+
+
+def state_defects(
+    data: Any, *, stack_name: str | None = None, region: str | None = None, legacy: bool = False
+) -> list[Defect]:
+    """Every blocking defect of a decoded state body, per the seeds' malformed-container
+    rules (reference §10.2). `data` is the decoded JSON (or a StackState); never raises."""
+    if isinstance(data, StackState):
+        data = data.to_json_value()
+    where = _Where(stack_name, region, legacy)
+    if not isinstance(data, dict):
+        return [
+            Defect(
+                "root-not-object",
+                "",
+                f"state.json holds {_kind_phrase(data)}, not a JSON object, so nothing in it can be read; "
+                f"{_BLOCKS}. {where.ways_out()}",
+            )
+        ]
+    defects: list[Defect] = []
+    if "version" in data:
+        verdict, _ = _version_verdict(data["version"])
+        if verdict == "invalid":
+            defects.append(
+                Defect(
+                    "version-invalid",
+                    "version",
+                    f"`version` holds {_kind_phrase(data['version'])} ({_short(data['version'])}), not a schema "
+                    f"version: cdkd reads whole numbers 1 to {SUPPORTED_VERSION} (or a record without one). "
+                    f"Set it to the schema the record was written with ({SUPPORTED_VERSION} for current cdkd) "
+                    f"and upload the record as a new version; {where.show()}.",
+                )
+            )
+    defects += _resources_defects(data, where)
+    if "outputs" in data and not _is_object(data["outputs"]):
+        defects.append(
+            Defect(
+                "outputs-malformed",
+                "outputs",
+                f"`outputs` holds {_kind_phrase(data['outputs'])}, not an object of output name to value; read "
+                f"as it is it would invent one output (and one export) per character or element, or hide the "
+                f"exports other stacks import. {_BLOCKS}. {where.ways_out()}",
+            )
+        )
+    defects += _orphans_defects(data, where)
+    names = data.get("exportNames")
+    if isinstance(names, list) and names and not any(isinstance(n, str) for n in names):
+        defects.append(
+            Defect(
+                "export-names-malformed",
+                "exportNames",
+                f"`exportNames` is a non-empty list with no string in it, so it names no export; it is read as "
+                f'"exports nothing". Make it the list of `outputs` keys that are Export.Name aliases ([] when '
+                f"the stack exports nothing), or let the next `cdkd deploy` rewrite it; {where.show()}.",
+            )
+        )
+    return defects
+
+
+def _resources_defects(data: dict[str, Any], where: _Where) -> list[Defect]:
+    if "resources" not in data:
+        return [
+            Defect(
+                "resources-missing",
+                "resources",
+                f"The record has no `resources` map; a stack always has one, even an empty {{}}, so an absent "
+                f"one cannot be told from lost data. {_BLOCKS}: read as empty, a destroy would delete state.json "
+                f"and leave every resource live. {where.ways_out()}",
+            )
+        ]
+    resources = data["resources"]
+    if not _is_object(resources):
+        return [
+            Defect(
+                "resources-malformed",
+                "resources",
+                f"`resources` holds {_kind_phrase(resources)}, not an object of logical id to resource; read as "
+                f"it is it counts as an empty stack (or one fake resource per character). {_BLOCKS}: a destroy "
+                f"would delete state.json and leave every resource live. {where.ways_out()}",
+            )
+        ]
+    defects: list[Defect] = []
+    for logical_id, row in resources.items():
+        path = f"resources.{logical_id}"
+        if not isinstance(row, dict):
+            defects.append(
+                Defect(
+                    "resource-row-malformed",
+                    path,
+                    f"The resource record `{path}` holds {_kind_phrase(row)}, not an object, so nothing says "
+                    f"which AWS resource it names. {_BLOCKS}. {where.ways_out(resource=logical_id)}",
+                )
+            )
+            continue
+        if not isinstance(row.get("resourceType"), str):
+            kind = "absent" if "resourceType" not in row else f"{_kind_phrase(row['resourceType'])}, not a string"
+            defects.append(
+                Defect(
+                    "resource-row-malformed",
+                    f"{path}.resourceType",
+                    f"`{path}.resourceType` is {kind}, so no command can route the resource record `{path}`. Set "
+                    f'it to the CloudFormation type (e.g. "AWS::S3::Bucket"). {_BLOCKS}. '
+                    f"{where.ways_out(resource=logical_id)}",
+                )
+            )
+            continue  # dropped rows are reported once, before the properties check
+        tail = f"{_BLOCKS}. {where.ways_out(resource=logical_id)}"
+        defects += _row_map_defects(row, path, "resource-properties-malformed", "resource-attributes-malformed", tail)
+    return defects
+
+
+def _row_map_defects(
+    row: dict[str, Any], path: str, properties_code: str, attributes_code: str, tail: str
+) -> list[Defect]:
+    """The `properties` / `attributes` rules of one readable row; `tail` says how to repair."""
+    defects: list[Defect] = []
+    if "properties" not in row:
+        defects.append(
+            Defect(
+                properties_code,
+                f"{path}.properties",
+                f"`{path}.properties` is absent; every cdkd writer records an object there (an empty {{}} when "
+                f"the resource declares none). Against a missing map every declared property would read as "
+                f"changed and create-only ones as a REPLACEMENT. {tail}",
+            )
+        )
+    elif not _is_object(row["properties"]):
+        defects.append(
+            Defect(
+                properties_code,
+                f"{path}.properties",
+                f"`{path}.properties` holds {_kind_phrase(row['properties'])}, not an object; against it every "
+                f"declared property would read as changed and create-only ones as a REPLACEMENT. {tail}",
+            )
+        )
+    if "attributes" in row and not _is_object(row["attributes"]):
+        defects.append(
+            Defect(
+                attributes_code,
+                f"{path}.attributes",
+                f"`{path}.attributes` (the Fn::GetAtt cache) holds {_kind_phrase(row['attributes'])}, not an "
+                f"object; remove it or make it an object. {tail}",
+            )
+        )
+    return defects
+
+
+_ORPHAN_KEEP = (
+    "Repair the row rather than deleting the record: no command removes a single orphans row, and the record is "
+    "the only evidence that an earlier failed deploy left its resource live in AWS"
+)
+
+
+def _orphans_defects(data: dict[str, Any], where: _Where) -> list[Defect]:
+    if "orphans" not in data:
+        return []
+    orphans = data["orphans"]
+    if not isinstance(orphans, list):
+        return [
+            Defect(
+                "orphans-malformed",
+                "orphans",
+                f"`orphans` holds {_kind_phrase(orphans)}, not a list of the resources a failed deploy left live "
+                f"under Retain; read as it is it hides them (or invents one per character). {_BLOCKS}. "
+                f"{where.ways_out()}",
+            )
+        ]
+    defects: list[Defect] = []
+    counts: dict[str, int] = {}
+    for entry in orphans:
+        if isinstance(entry, dict) and isinstance(entry.get("logicalId"), str):
+            counts[entry["logicalId"]] = counts.get(entry["logicalId"], 0) + 1
+    hint = f"{_ORPHAN_KEEP}; {where.show()}. {_BLOCKS}."
+    for index, entry in enumerate(orphans):
+        path = f"orphans[{index}]"
+        if not isinstance(entry, dict):
+            defects.append(
+                Defect(
+                    "orphan-record-malformed",
+                    path,
+                    f"`{path}` holds {_kind_phrase(entry)}, not an orphan record. {hint}",
+                )
+            )
+            continue
+        logical_id = entry.get("logicalId")
+        if not isinstance(logical_id, str):
+            defects.append(
+                Defect(
+                    "orphan-record-malformed",
+                    f"{path}.logicalId",
+                    f"`{path}.logicalId` is {'absent' if 'logicalId' not in entry else _kind_phrase(logical_id)}, "
+                    f"not the logical id string of the orphaned resource. {hint}",
+                )
+            )
+        elif counts[logical_id] > 1:
+            defects.append(
+                Defect(
+                    "orphan-record-malformed",
+                    f"{path}.logicalId",
+                    f'`{path}` shares logicalId "{logical_id}" with another orphans record; cdkd never writes '
+                    f"two, so nothing says which resource the stack should re-adopt. Keep ONE record for that id "
+                    f"(the other resource is then no longer tracked by cdkd); {where.show()}. {_BLOCKS}.",
+                )
+            )
+        state = entry.get("state")
+        if not _row_is_readable(state):
+            what = (
+                _kind_phrase(state) if not isinstance(state, dict) else "a resource record with no string resourceType"
+            )
+            defects.append(
+                Defect(
+                    "orphan-record-malformed",
+                    f"{path}.state",
+                    f"`{path}.state` holds {what}, not a readable resource record. {hint}",
+                )
+            )
+            continue
+        physical_id = state.get("physicalId")
+        if not isinstance(physical_id, str) or not physical_id:
+            defects.append(
+                Defect(
+                    "orphan-record-malformed",
+                    f"{path}.state.physicalId",
+                    f"`{path}.state.physicalId` is not a non-empty string, so nothing says which live AWS resource "
+                    f"a deploy would re-adopt. {hint}",
+                )
+            )
+        # An orphan row is never removed by a command: point at the hand repair only.
+        defects += _row_map_defects(state, f"{path}.state", "orphan-record-malformed", "orphan-record-malformed", hint)
+    return defects
+
+
+def _orphan_is_usable(entry: Any, counts: dict[str, int]) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    logical_id = entry.get("logicalId")
+    state = entry.get("state")
+    if not isinstance(logical_id, str) or counts.get(logical_id, 0) != 1 or not _row_is_readable(state):
+        return False
+    physical_id = state.get("physicalId")
+    if not isinstance(physical_id, str) or not physical_id:
+        return False
+    if not _is_object(state.get("properties")):
+        return False
+    return "attributes" not in state or _is_object(state["attributes"])
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# --- reading state.json -------------------------------------------------------------------
 
 
 @dataclass
 class ParsedRecord:
-    """What a stored state.json body is, never raising on bad input."""
+    """What a stored state.json body is, never raising on bad input.
+
+    `data` is the decoded JSON as stored; `state` is an independent model of it (edit and
+    pass it to `dump_state`). The accessors read `data` and repair for display the way
+    `cdkd diff` does; the damage they paper over is listed in `defects`.
+    """
 
     raw: bytes
     data: Any  # the decoded JSON value (None if not JSON)
@@ -56,40 +630,400 @@ class ParsedRecord:
     version: int | None = None
     key_region: str | None = None
     body_region_kind: str | None = None  # set when the body's region disagrees with the key's
+    warnings: list[Defect] = field(default_factory=list)  # shown, never blocking
 
     @property
-    def newer_than_supported(self) -> bool: ...
+    def newer_than_supported(self) -> bool:
+        return self.version is not None and self.version > SUPPORTED_VERSION
+
     @property
-    def region_mismatch(self) -> bool: ...
+    def region_mismatch(self) -> bool:
+        return self.body_region_kind is not None
+
     @property
     def writable(self) -> bool:
         """False when newer than SUPPORTED_VERSION or when any defect is present."""
-        ...
+        return not self.newer_than_supported and not self.defects
+
+    def _get(self, key: str) -> tuple[bool, Any]:
+        if isinstance(self.data, dict) and key in self.data:
+            return True, self.data[key]
+        return False, None
+
     def resource_rows(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """(logicalId, row dict or None if the row is malformed) for a readable `resources`."""
-        ...
-    def outputs(self) -> dict[str, Any]: ...
+        """(logicalId, row dict or None if the row is malformed) for a readable `resources`.
+
+        Rows are the stored dicts, unrepaired (a torn `properties` stays as stored; use
+        `display_row` for the repaired view). An unreadable `resources` gives []."""
+        _, resources = self._get("resources")
+        if not _is_object(resources):
+            return []
+        return [(lid, row if _row_is_readable(row) else None) for lid, row in resources.items()]
+
+    def outputs(self) -> dict[str, Any]:
+        """The outputs bag; {} when absent or unreadable."""
+        _, outputs = self._get("outputs")
+        return outputs if _is_object(outputs) else {}
+
+    def export_names(self) -> set[str] | None:
+        """Which outputs keys are Export.Name aliases: None = not known (absent: every key is
+        importable), a non-list reads as the EMPTY set (fail closed), non-strings dropped."""
+        present, names = self._get("exportNames")
+        if not present:
+            return None
+        if not isinstance(names, list):
+            return set()
+        return {n for n in names if isinstance(n, str)}
+
+    def importable_output_keys(self) -> set[str]:
+        """cdkd's `importableOutputKeys`: the outputs an `Fn::ImportValue` may bind to."""
+        names = self.export_names()
+        keys = set(self.outputs())
+        return keys if names is None else keys & names
+
+    def imports(self) -> list[StateImportEntry]:
+        """`imports` entries that are objects; [] when absent or not a list."""
+        return [StateImportEntry.model_validate(e) for e in self._list("imports") if isinstance(e, dict)]
+
+    def output_reads(self) -> list[StateOutputReadEntry]:
+        return [StateOutputReadEntry.model_validate(e) for e in self._list("outputReads") if isinstance(e, dict)]
+
+    def orphans(self) -> list[StackOrphanRecord]:
+        """The usable `orphans` records (seed rule: object, unique string logicalId, readable
+        state with a non-empty physicalId and readable properties/attributes)."""
+        entries = self._list("orphans")
+        counts: dict[str, int] = {}
+        for e in entries:
+            if isinstance(e, dict) and isinstance(e.get("logicalId"), str):
+                counts[e["logicalId"]] = counts.get(e["logicalId"], 0) + 1
+        return [StackOrphanRecord.model_validate(e) for e in entries if _orphan_is_usable(e, counts)]
+
+    def skipped_outputs(self) -> dict[str, str]:
+        """outputKey -> digest; a malformed field or entry reads as absent."""
+        _, value = self._get("skippedOutputs")
+        return {k: v for k, v in value.items() if isinstance(v, str)} if _is_object(value) else {}
+
+    def condition_verdicts(self) -> dict[str, tuple[bool, str]]:
+        """name -> (verdict, fingerprint); any malformed shape reads as no record."""
+        _, value = self._get("conditionVerdicts")
+        if not _is_object(value):
+            return {}
+        return {
+            name: (v["verdict"], v["fingerprint"])
+            for name, v in value.items()
+            if isinstance(v, dict) and isinstance(v.get("verdict"), bool) and isinstance(v.get("fingerprint"), str)
+        }
+
+    def parent(self) -> tuple[str, str, str | None] | None:
+        """(parentStack, parentLogicalId, parentRegion) of a nested child, or None (top level)."""
+        _, stack = self._get("parentStack")
+        _, logical_id = self._get("parentLogicalId")
+        _, region = self._get("parentRegion")
+        if not isinstance(stack, str) or not isinstance(logical_id, str):
+            return None
+        return stack, logical_id, region if isinstance(region, str) else None
+
+    def last_modified_ms(self) -> int | None:
+        """`lastModified` as epoch ms, or None when missing or not a finite number."""
+        _, value = self._get("lastModified")
+        return int(value) if _finite(value) else None
+
+    def stack_name(self) -> str | None:
+        """The body's `stackName` when a string (the key's name is what counts)."""
+        _, value = self._get("stackName")
+        return value if isinstance(value, str) else None
+
+    def body_region(self) -> str | None:
+        """The body's `region` when a string; for a legacy key it is the record's region."""
+        _, value = self._get("region")
+        return value if isinstance(value, str) else None
+
+    def _list(self, key: str) -> list[Any]:
+        _, value = self._get(key)
+        return value if isinstance(value, list) else []
 
 
-def parse_state(body: bytes, *, key_region: str | None = None) -> ParsedRecord: ...
+def display_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A readable row repaired for display as `cdkd diff` does: an unreadable `properties`
+    or `attributes` map reads as {}. A copy; the stored row is untouched."""
+    repaired = dict(row)
+    if not _is_object(repaired.get("properties")):
+        repaired["properties"] = {}
+    if "attributes" in repaired and not _is_object(repaired["attributes"]):
+        repaired["attributes"] = {}
+    return repaired
+
+
+def _reject_constant(name: str) -> Any:
+    # JSON.parse has no NaN / Infinity literals; Python's json.loads would accept them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _decode(body: bytes) -> tuple[Any, str | None]:
+    """(value, None) or (None, why it is not JSON)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"it is not UTF-8 text (invalid byte at offset {exc.start})"
+    try:
+        return json.loads(text, parse_constant=_reject_constant), None
+    except RecursionError:
+        return None, "it nests too deeply to read"
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            return None, f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        return None, str(exc)
+
+
+def parse_state(body: bytes, *, key_region: str | None = None, stack_name: str | None = None) -> ParsedRecord:
+    """Read a stored state.json body. Never raises.
+
+    `key_region` is the region segment of the key (None for a legacy key); it decides the
+    record's region. `stack_name` (the key's) only fills in the repair commands of messages.
+    """
+    legacy = key_region is None
+    data, error = _decode(body)
+    where = _Where(stack_name, key_region, legacy)
+    if error is not None:
+        return ParsedRecord(
+            raw=body,
+            data=None,
+            state=None,
+            key_region=key_region,
+            defects=[
+                Defect(
+                    "not-json",
+                    "",
+                    f"state.json is not valid JSON ({error}), so nothing in it can be read; {_BLOCKS}. "
+                    f"Restore an earlier version of the object if one is good. {where.ways_out()}",
+                )
+            ],
+        )
+    record = ParsedRecord(raw=body, data=data, state=None, key_region=key_region)
+    if not isinstance(data, dict):
+        record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy)
+        return record
+    # An independent copy, so edits to `state` never change what `data` says was stored.
+    record.state = StackState.model_validate(json.loads(body.decode("utf-8"), parse_constant=_reject_constant))
+    if "version" in data:
+        verdict, number = _version_verdict(data["version"])
+        record.version = number if verdict != "invalid" else None
+    body_region = data.get("region")
+    record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy)
+    if key_region is not None and "region" in data and body_region != key_region:
+        record.body_region_kind = describe_region_value_kind(body_region)
+        record.warnings.append(
+            Defect(
+                "region-mismatch",
+                "region",
+                f"The body's `region` holds {record.body_region_kind} that is not the key's region "
+                f"{key_region}; the key decides, so the record is read as {key_region} and the next save "
+                f"stamps it. cdkd destroy and rollback refuse such a record while it lists resources: correct "
+                f"`region` to {key_region}, or act in the region the resources really are in.",
+            )
+        )
+    if "exportNames" in data and not isinstance(data["exportNames"], list) and _is_object(data.get("outputs", {})):
+        record.warnings.append(
+            Defect(
+                "export-names-not-list",
+                "exportNames",
+                f"`exportNames` holds {_kind_phrase(data['exportNames'])}, not a list, so it is read as "
+                f'"exports nothing" (no output of this stack is importable). Make it the list of Export.Name '
+                f"aliases among `outputs`, or let the next `cdkd deploy` rewrite it; {where.show()}.",
+            )
+        )
+    return record
+
+
+# --- writing: JSON.stringify --------------------------------------------------------------
+
+_MAX_SAFE = 2**53
+_MAX_INDEX = 2**32 - 2
+
+
+def _js_number(value: float) -> str:
+    """ECMAScript Number::toString (what JSON.stringify prints); non-finite -> null."""
+    if not math.isfinite(value):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    # repr gives the shortest round-trip digits, as JavaScript does.
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    exponent += len(digit_tuple) - len(digits)  # type: ignore[operator]
+    k = len(digits)
+    n = exponent + k  # type: ignore[operator]
+    if k <= n <= 21:
+        text = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        text = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        text = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+        text = f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return sign + text
+
+
+def _js_int(value: int) -> str:
+    if -_MAX_SAFE <= value <= _MAX_SAFE:
+        return str(value)
+    try:  # JSON.parse would have rounded it to a double
+        return _js_number(float(value))
+    except OverflowError:
+        return "null"
+
+
+def _is_array_index(key: str) -> bool:
+    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0") and int(key) <= _MAX_INDEX
+
+
+def _js_keys(obj: dict[str, Any]) -> list[str]:
+    """JavaScript's own-key order: array-index keys ascending, then the rest as inserted."""
+    index_keys = [k for k in obj if _is_array_index(k)]
+    if not index_keys:
+        return list(obj)
+    index_keys.sort(key=int)
+    return index_keys + [k for k in obj if not _is_array_index(k)]
+
+
+def js_stringify(value: Any, *, indent: int = 2) -> str:
+    """`JSON.stringify(value, null, indent)` (indent 0 = compact) over decoded JSON values."""
+    parts: list[str] = []
+    colon = ": " if indent else ":"
+
+    def emit(v: Any, depth: int) -> None:
+        if v is None:
+            parts.append("null")
+        elif v is True:
+            parts.append("true")
+        elif v is False:
+            parts.append("false")
+        elif isinstance(v, str):
+            parts.append(encode_basestring(v))
+        elif isinstance(v, int):
+            parts.append(_js_int(v))
+        elif isinstance(v, float):
+            parts.append(_js_number(v))
+        elif isinstance(v, BaseModel):
+            emit(v.model_dump(), depth)
+        elif isinstance(v, dict):
+            keys = _js_keys(v)
+            if not keys:
+                parts.append("{}")
+                return
+            inner = "\n" + " " * (indent * (depth + 1)) if indent else ""
+            parts.append("{")
+            for i, k in enumerate(keys):
+                if i:
+                    parts.append(",")
+                parts.append(inner)
+                parts.append(encode_basestring(k))
+                parts.append(colon)
+                emit(v[k], depth + 1)
+            parts.append("\n" + " " * (indent * depth) + "}" if indent else "}")
+        elif isinstance(v, list | tuple):
+            if not v:
+                parts.append("[]")
+                return
+            inner = "\n" + " " * (indent * (depth + 1)) if indent else ""
+            parts.append("[")
+            for i, item in enumerate(v):
+                if i:
+                    parts.append(",")
+                parts.append(inner)
+                emit(item, depth + 1)
+            parts.append("\n" + " " * (indent * depth) + "]" if indent else "]")
+        else:
+            raise TypeError(f"{type(v).__name__} is not a JSON value")
+
+    emit(value, 0)
+    return "".join(parts)
+
+
+def _to_bytes(text: str) -> bytes:
+    # A lone surrogate (legal in JSON text) cannot be UTF-8; JSON.stringify writes it as a
+    # lowercase \udXXX escape, which is exactly what backslashreplace produces.
+    return text.encode("utf-8", errors="backslashreplace")
+
+
 def dump_state(state: StackState, *, stack_name: str, region: str) -> bytes:
     """cdkd's writer: `version: 11`, stackName/region stamped from the key, 2-space indent,
     no trailing newline, unknown fields as read. Raises engine.errors.RecordRefused for a
-    record newer than SUPPORTED_VERSION."""
-    ...
+    record newer than SUPPORTED_VERSION, and for a record with any blocking defect."""
+    body = state.to_json_value()
+    if "version" in body:
+        verdict, number = _version_verdict(body["version"])
+        if verdict == "newer":
+            raise RecordRefused(
+                f"state.json of {stack_name} ({region}) has schema version {number}, newer than the "
+                f"{SUPPORTED_VERSION} this app writes; it is read-only here. Upgrade cdkd Admin before changing it."
+            )
+    defects = state_defects(body, stack_name=stack_name, region=region)
+    if defects:
+        listed = "; ".join(f"{d.path or '(root)'}: {d.code}" for d in defects)
+        raise RecordRefused(
+            f"Refusing to write state.json of {stack_name} ({region}): the record is damaged ({listed}). "
+            f"{defects[0].message}"
+        )
+    # {...state, version, stackName, region}: keys already held keep their position.
+    body["version"] = SUPPORTED_VERSION
+    body["stackName"] = stack_name
+    body["region"] = region
+    return _to_bytes(js_stringify(body, indent=2))
+
+
+# --- lock.json ----------------------------------------------------------------------------
 
 
 @dataclass
 class ParsedLock:
+    """A stored lock.json. An object that exists always blocks cdkd's `If-None-Match: *`
+    acquire, whatever it holds; `info` is None when it is unreadable or not an object."""
+
     raw: bytes
     info: LockInfo | None  # None when unreadable or a JSON null / non-object (no lock)
     error: str | None  # set when the body is not JSON (an unreadable lock)
 
+    @property
+    def present_but_empty(self) -> bool:
+        """JSON that is not an object (null, [], a number): cdkd reads "no lock", yet the
+        object still makes every acquire fail until it is deleted (force-unlock)."""
+        return self.info is None and self.error is None
+
+    def _expires(self) -> Any:
+        return self.info.get("expiresAt") if self.info is not None else None
+
     def expires_at_ms(self) -> int | None:
-        """expiresAt as an int, or None when absent or not a finite number (counts as expired)."""
-        ...
-    def is_expired(self, now_ms: int) -> bool: ...
+        """expiresAt as an int, or None when absent or not a finite number (counts as expired).
+        A fractional deadline rounds UP, so `now_ms >= expires_at_ms()` keeps cdkd's verdict."""
+        value = self._expires()
+        return math.ceil(value) if _finite(value) else None
+
+    def is_expired(self, now_ms: int) -> bool:
+        """cdkd's newer rule: expired when expiresAt is not a finite number or now >= expiresAt."""
+        value = self._expires()
+        return not _finite(value) or now_ms >= value
 
 
-def parse_lock(body: bytes) -> ParsedLock: ...
-def dump_lock(info: LockInfo) -> bytes: ...
+def parse_lock(body: bytes) -> ParsedLock:
+    """Read a stored lock.json body. Never raises."""
+    data, error = _decode(body)
+    if error is not None:
+        return ParsedLock(raw=body, info=None, error=f"lock.json is not valid JSON ({error})")
+    info = LockInfo.model_validate(data) if isinstance(data, dict) else None
+    return ParsedLock(raw=body, info=info, error=None)
+
+
+_LOCK_KEYS = ("owner", "timestamp", "expiresAt", "operation")
+
+
+def dump_lock(info: LockInfo) -> bytes:
+    """cdkd's lock body: `JSON.stringify(lockInfo)` (compact, no trailing newline) with
+    owner, timestamp, expiresAt, then operation when present; unknown keys kept after."""
+    held = info.to_json_value()
+    body = {k: held.pop(k) for k in _LOCK_KEYS if k in held}
+    body.update(held)
+    return _to_bytes(js_stringify(body, indent=0))

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from engine.aws import AccountAccess
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -89,6 +91,17 @@ class Account(models.Model):
     def cli_region(self) -> str:
         return self.region or settings.CDKD_DEFAULT_REGION
 
+    def access(self) -> AccountAccess:
+        """How the engine reaches this account's bucket."""
+        return AccountAccess(
+            account_id=self.account_id,
+            role_arn=self.role_arn,
+            external_id=self.external_id,
+            bucket=self.bucket,
+            prefix=self.prefix,
+            region=self.cli_region,
+        )
+
 
 class Membership(models.Model):
     """A person's role on one account. Superusers need none: they act as admin everywhere."""
@@ -111,7 +124,7 @@ class Stack(models.Model):
     key = models.CharField(max_length=1024)
     stack_name = models.CharField(max_length=1024)
     # The key decides the region; None only for a legacy key whose body names no region.
-    region = models.CharField(max_length=64, null=True, blank=True)
+    region = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (None = no region, not "")
     legacy = models.BooleanField(default=False)
 
     etag = models.CharField(max_length=128)
@@ -125,7 +138,9 @@ class Stack(models.Model):
     read_only = models.BooleanField(default=False, help_text="Written by a newer cdkd than this app knows")
     defects = models.JSONField(default=list, blank=True)
     has_defects = models.BooleanField(default=False)
-    body_region = models.CharField(max_length=128, blank=True, help_text="Kind of region value the body held, if it disagrees")
+    body_region = models.CharField(
+        max_length=128, blank=True, help_text="Kind of region value the body held, if it disagrees"
+    )
     region_mismatch = models.BooleanField(default=False)
 
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
@@ -200,7 +215,7 @@ class Lock(models.Model):
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="locks")
     key = models.CharField(max_length=1024)
     stack_name = models.CharField(max_length=1024)
-    region = models.CharField(max_length=64, null=True, blank=True)
+    region = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (None = no region, not "")
     stack = models.OneToOneField(Stack, null=True, blank=True, on_delete=models.SET_NULL, related_name="lock")
 
     etag = models.CharField(max_length=128)
@@ -279,6 +294,8 @@ class SyncRun(models.Model):
     """One sync of one account or of all of them; created before it is queued."""
 
     account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="sync_runs")
+    # The accounts this run covers, fixed when it is requested (the requester's visible ones).
+    account_ids = models.JSONField(default=list, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     trigger = models.CharField(max_length=16, default="ui", help_text="ui, schedule or command")
     status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.QUEUED)

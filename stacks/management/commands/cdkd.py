@@ -1,0 +1,332 @@
+"""`manage.py cdkd ...`: the cdkd CLI's state commands across accounts, plus the worker.
+
+The person at the server's shell is trusted as an admin. Every subcommand exits non-zero
+with one line naming what is wrong when an account, stack or bucket cannot be used.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Q
+
+from engine.errors import EngineError
+from stacks.models import Account, Stack
+from stacks.records import read_record, record_versions
+
+VALID_ACTIONS = {"accounts": ("add", "list"), "state": ("list", "show", "versions")}
+
+
+def cli_actor() -> str:
+    try:
+        return f"cli-{getpass.getuser()}"
+    except Exception:  # no user name in this environment (containers)
+        return "cli-unknown"
+
+
+def iso_ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} (not a valid time)"
+
+
+class Command(BaseCommand):
+    help = "cdkd state across accounts: accounts, sync, state list/show/versions, worker"
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="group", required=True, parser_class=CommandParser)
+
+        accounts = sub.add_parser("accounts", help="register and list AWS accounts")
+        acc_sub = accounts.add_subparsers(dest="action", required=True, parser_class=CommandParser)
+        add = acc_sub.add_parser("add", help="register an account")
+        add.add_argument("--account-id", required=True)
+        add.add_argument("--role-arn", default="")
+        add.add_argument("--external-id", default="")
+        add.add_argument("--bucket", default="", help="explicit state bucket (default: resolve as cdkd does)")
+        add.add_argument("--prefix", default="cdkd")
+        add.add_argument("--name", default="", help="a label people recognise")
+        add.add_argument("--region", default="", help="cdkd's CLI region for the legacy bucket name")
+        lst = acc_sub.add_parser("list", help="list registered accounts")
+        lst.add_argument("--json", action="store_true")
+
+        sync = sub.add_parser("sync", help="mirror the state buckets into the database")
+        sync.add_argument("--account", help="account id or label (default: every account)")
+        sync.add_argument("--json", action="store_true")
+
+        state = sub.add_parser("state", help="read stack records")
+        st_sub = state.add_subparsers(dest="action", required=True, parser_class=CommandParser)
+        slist = st_sub.add_parser("list", help="list stacks (after an incremental sync)")
+        slist.add_argument("--account")
+        slist.add_argument("--long", action="store_true")
+        slist.add_argument("--tree", action="store_true")
+        slist.add_argument("--json", action="store_true")
+        show = st_sub.add_parser("show", help="print one record as stored in S3")
+        show.add_argument("stack")
+        show.add_argument("--account", required=True)
+        show.add_argument("--stack-region")
+        show.add_argument("--show-nested", action="store_true")
+        show.add_argument("--json", action="store_true")
+        versions = st_sub.add_parser("versions", help="list the S3 versions of a record")
+        versions.add_argument("stack")
+        versions.add_argument("--account", required=True)
+        versions.add_argument("--stack-region", required=True)
+        versions.add_argument("--json", action="store_true")
+
+        worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
+        worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+
+    # --- dispatch ----------------------------------------------------------------------
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        group, action = options["group"], options.get("action")
+        name = f"{group}_{action}" if action else group
+        try:
+            getattr(self, f"do_{name.replace('-', '_')}")(options)
+        except EngineError as exc:
+            raise CommandError(str(exc)) from None
+
+    def emit(self, value: Any) -> None:
+        self.stdout.write(json.dumps(value, indent=2, ensure_ascii=False))
+
+    def account(self, ref: str) -> Account:
+        account = Account.objects.filter(Q(account_id=ref) | Q(name=ref)).first()
+        if account is None:
+            raise CommandError(f"No account {ref!r} is registered; add it with `manage.py cdkd accounts add`")
+        return account
+
+    def accounts(self, ref: str | None) -> list[Account]:
+        return [self.account(ref)] if ref else list(Account.objects.all())
+
+    # --- accounts ------------------------------------------------------------------------
+
+    def do_accounts_add(self, o: dict) -> None:
+        account = Account(
+            account_id=o["account_id"],
+            role_arn=o["role_arn"],
+            external_id=o["external_id"],
+            bucket=o["bucket"],
+            prefix=o["prefix"].strip("/") or "cdkd",
+            name=o["name"],
+            region=o["region"],
+        )
+        try:
+            account.full_clean()
+        except ValidationError as exc:
+            problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+            raise CommandError(f"Cannot add account {o['account_id']!r}: {problems}") from None
+        account.save()
+        self.stdout.write(
+            f"Added account {account}. Run `manage.py cdkd sync --account {account.account_id}` to mirror it."
+        )
+
+    def do_accounts_list(self, o: dict) -> None:
+        rows = [
+            {
+                "account": a.account_id,
+                "name": a.name,
+                "roleArn": a.role_arn,
+                "bucket": a.resolved_bucket or a.bucket,
+                "bucketSource": a.bucket_source,
+                "bucketRegion": a.bucket_region,
+                "prefix": a.prefix,
+                "status": a.bucket_status,
+                "message": a.bucket_message,
+                "lastSyncedAt": a.last_synced_at.isoformat() if a.last_synced_at else None,
+                "stacks": a.stacks.count(),
+            }
+            for a in Account.objects.all()
+        ]
+        if o["json"]:
+            return self.emit(rows)
+        if not rows:
+            self.stdout.write("No accounts registered.")
+        for r in rows:
+            bucket = r["bucket"] or "(not resolved yet)"
+            self.stdout.write(f"{r['account']}  {r['name'] or '-':20}  {bucket}  [{r['status']}]  {r['stacks']} stacks")
+            if r["message"]:
+                self.stdout.write(f"    {r['message']}")
+
+    # --- sync ----------------------------------------------------------------------------
+
+    def do_sync(self, o: dict) -> None:
+        from stacks.sync import sync_accounts
+
+        results = sync_accounts(self.accounts(o["account"]), actor=cli_actor())
+        if o["json"]:
+            self.emit({"accounts": [r.as_json() for r in results]})
+        else:
+            for r in results:
+                self.stdout.write(
+                    f"{r.account}  {r.bucket or '-'}: {r.listed} listed, {r.fetched} fetched, "
+                    f"{r.unchanged} unchanged, {r.removed} removed"
+                )
+                for error in r.errors:
+                    self.stderr.write(f"    error: {error}")
+        failed = [r for r in results if r.errors]
+        if failed:
+            raise CommandError(f"{len(failed)} of {len(results)} accounts had errors")
+
+    # --- state ---------------------------------------------------------------------------
+
+    def do_state_list(self, o: dict) -> None:
+        from stacks.sync import sync_accounts
+
+        if o["tree"] and o["long"]:
+            raise CommandError("--tree cannot be combined with --long")
+        accounts = self.accounts(o["account"])
+        for result in sync_accounts(accounts, actor=cli_actor()):
+            for error in result.errors:
+                self.stderr.write(f"warning: account {result.account}: {error} (showing the last mirrored state)")
+        stacks = (
+            Stack.objects.filter(account__in=accounts)
+            .select_related("account", "lock")
+            .order_by("account__account_id", "stack_name", "legacy", "region")
+        )
+        if o["json"]:
+            rows = []
+            for s in stacks:
+                row: dict[str, Any] = {
+                    "account": s.account.account_id,
+                    "stackName": s.stack_name,
+                    "region": s.region,
+                    "legacy": s.legacy,
+                }
+                if o["long"]:
+                    row.update(self._long_fields(s))
+                rows.append(row)
+            return self.emit(rows)
+        if o["tree"]:
+            return self._print_tree(list(stacks))
+        for s in stacks:
+            line = f"{s.account.account_id}  {s.stack_name}  {s.region or '(legacy, no region)'}"
+            if s.legacy and s.region:
+                line += "  (legacy)"
+            if o["long"]:
+                f = self._long_fields(s)
+                line += f"  v{f['version'] or '?'}  {f['resources']} resources  lock: {f['lock']}"
+                line += f"  modified {iso_ms(s.record_last_modified)}"
+                if s.has_defects:
+                    line += "  DAMAGED"
+            self.stdout.write(line)
+
+    def _long_fields(self, s: Stack) -> dict[str, Any]:
+        lock = getattr(s, "lock", None)
+        return {
+            "version": s.schema_version,
+            "resources": s.resource_count,
+            "lastModified": s.record_last_modified,
+            "lock": lock.state() if lock else "none",
+            "defects": [d["code"] for d in s.defects],
+        }
+
+    def _print_tree(self, stacks: list[Stack]) -> None:
+        children: dict[int | None, list[Stack]] = {}
+        ids = {s.pk for s in stacks}
+        for s in stacks:
+            parent = s.parent_id if s.parent_id in ids else None  # an orphan child is promoted
+            children.setdefault(parent, []).append(s)
+
+        def walk(node: Stack, indent: str) -> None:
+            for i, child in enumerate(children.get(node.pk, [])):
+                last = i == len(children[node.pk]) - 1
+                self.stdout.write(f"{indent}{'└─ ' if last else '├─ '}{child.stack_name.rsplit('~', 1)[-1]}")
+                walk(child, indent + ("   " if last else "│  "))
+
+        for root in children.get(None, []):
+            self.stdout.write(f"{root.account.account_id}  {root.stack_name}  {root.region or '(legacy)'}")
+            walk(root, "  ")
+
+    def do_state_show(self, o: dict) -> None:
+        account = self.account(o["account"])
+        record = read_record(account, o["stack"], o["stack_region"], actor=cli_actor(), nested=o["show_nested"])
+        if o["json"]:
+            return self.emit(record.as_json(nested=o["show_nested"]))
+        self._print_record(record, "")
+
+    def _print_record(self, record, indent: str) -> None:
+        p = record.parsed
+        w = self.stdout.write
+        w(f"{indent}Stack:         {record.stack_name}")
+        w(f"{indent}Account:       {record.account.account_id}")
+        w(f"{indent}Region:        {record.region or '(legacy, no region)'}")
+        w(f"{indent}Key:           {record.key}{'  (legacy layout)' if record.legacy else ''}")
+        w(f"{indent}Version:       {p.version if p.version is not None else '(none)'}")
+        w(f"{indent}Last modified: {iso_ms(p.last_modified_ms())}")
+        w(f"{indent}ETag:          {record.obj.etag}")
+        lock = record.lock_json()
+        if record.lock is None:
+            w(f"{indent}Lock:          none")
+        elif lock is None or lock.get("unreadable"):
+            w(f"{indent}Lock:          present but unreadable ({record.lock_key})")
+        else:
+            holder = lock.get("owner") or "an unnamed holder"
+            w(f"{indent}Lock:          held by {holder}, operation {lock.get('operation') or '-'}")
+            expires = lock.get("expiresAt")
+            deadline = iso_ms(expires) if isinstance(expires, int) else "unknown (counts as expired)"
+            w(f"{indent}               deadline {deadline}")
+        if p.newer_than_supported:
+            w(f"{indent}warning: written by a newer cdkd (version {p.version}); read-only here")
+        if p.region_mismatch:
+            w(f"{indent}warning: the body's region ({p.body_region_kind}) disagrees with the key's {record.region}")
+        for defect in p.defects:
+            w(f"{indent}warning: {defect.message}")
+        rows = p.resource_rows()
+        w(f"{indent}Resources ({len(rows)}):")
+        for logical_id, row in rows:
+            if isinstance(row, dict):
+                w(f"{indent}  {logical_id}  {row.get('resourceType', '?')}  {row.get('physicalId', '-')}")
+            else:
+                w(f"{indent}  {logical_id}  (malformed row)")
+        outputs = p.outputs()
+        w(f"{indent}Outputs ({len(outputs)}):")
+        for name, value in outputs.items():
+            w(f"{indent}  {name} = {value if isinstance(value, str) else json.dumps(value)}")
+        for child in record.children:
+            w(f"{indent}Nested:")
+            self._print_record(child, indent + "    ")
+
+    def do_state_versions(self, o: dict) -> None:
+        account = self.account(o["account"])
+        record = read_record(account, o["stack"], o["stack_region"], actor=cli_actor())
+        versions = record_versions(account, record.key, actor=cli_actor())
+        rows = [
+            {
+                "versionId": v.version_id,
+                "lastModified": v.last_modified.isoformat(),
+                "size": v.size,
+                "isLatest": v.is_latest,
+                "deleteMarker": v.delete_marker,
+            }
+            for v in versions
+        ]
+        if o["json"]:
+            return self.emit(rows)
+        for r in rows:
+            kind = "delete marker" if r["deleteMarker"] else f"{r['size']} bytes"
+            self.stdout.write(f"{r['versionId']}  {r['lastModified']}  {kind}{'  (current)' if r['isLatest'] else ''}")
+
+    # --- worker --------------------------------------------------------------------------
+
+    def do_worker(self, o: dict) -> None:
+        from django.conf import settings
+
+        from stacks.jobs import schedule_next_sync
+
+        if settings.REDIS_URL.startswith("fakeredis://"):
+            raise CommandError(
+                "REDIS_URL is fakeredis://, which lives inside one process: a worker needs a Redis server"
+            )
+        if schedule_next_sync(0):
+            self.stdout.write(f"Scheduled a sync of every account now and every {settings.CDKD_SYNC_INTERVAL} s.")
+        call_command("rqworker", "default", "sync", with_scheduler=True, burst=o["burst"])
+        sys.stdout.flush()

@@ -1,0 +1,572 @@
+"""Mirror every account's state bucket into the database, incrementally.
+
+One sync of an account: list the prefix (paginated), compare each key's ETag with the one
+stored, GET only the new or changed records, locks and event indexes (concurrently, with a
+bound), and apply the difference: create, update, delete. A sync that finds nothing
+changed issues no GET. S3 calls happen outside database transactions; only the main
+thread of each account writes to the database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from engine import events, schema
+from engine.backend import ObjectInfo, StateBucket, StoredObject
+from engine.errors import AccessDenied, BucketNotFound, EngineError, NotFound
+from engine.keys import KeyKind, KeyLayout
+from stacks.access import accounts_for
+from stacks.models import (
+    Account,
+    BucketStatus,
+    DeploymentRun,
+    EventIndex,
+    Lock,
+    Resource,
+    Role,
+    Stack,
+    SyncRun,
+    SyncStatus,
+)
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]  # (done, total) GETs of one account
+
+BATCH = 500
+
+
+@dataclass
+class AccountResult:
+    """What one account's sync did; the shape of `cdkd sync --json` per account."""
+
+    account: str
+    bucket: str = ""
+    listed: int = 0  # state.json records listed
+    fetched: int = 0  # records downloaded
+    unchanged: int = 0  # records skipped because their ETag was unchanged
+    removed: int = 0  # records dropped from the mirror
+    errors: list[str] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_json(self) -> dict:
+        return {
+            "account": self.account,
+            "bucket": self.bucket,
+            "listed": self.listed,
+            "fetched": self.fetched,
+            "unchanged": self.unchanged,
+            "removed": self.removed,
+            "errors": self.errors,
+        }
+
+
+def _finite_int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or abs(value) >= 2**62:  # NaN, infinities and nonsense
+        return None
+    return int(value)
+
+
+def _text(value: object, limit: int) -> str:
+    """A string safe for a text column: PostgreSQL refuses NUL, and columns have limits."""
+    if not isinstance(value, str):
+        return ""
+    return value.replace("\x00", "")[:limit]
+
+
+# --- listing -----------------------------------------------------------------------------
+
+
+@dataclass
+class Listing:
+    states: dict[str, ObjectInfo] = field(default_factory=dict)
+    locks: dict[str, ObjectInfo] = field(default_factory=dict)
+    event_indexes: dict[str, ObjectInfo] = field(default_factory=dict)
+
+
+def list_bucket(bucket: StateBucket, layout: KeyLayout) -> Listing:
+    listing = Listing()
+    for info in bucket.list_objects(layout.list_prefix):
+        parsed = layout.parse(info.key)
+        if parsed is None:
+            continue
+        if parsed.kind in (KeyKind.STATE, KeyKind.LEGACY_STATE):
+            listing.states[info.key] = info
+        elif parsed.kind in (KeyKind.LOCK, KeyKind.LEGACY_LOCK):
+            listing.locks[info.key] = info
+        elif parsed.kind == KeyKind.EVENT_INDEX:
+            listing.event_indexes[info.key] = info
+    return listing
+
+
+def _fetch_all(
+    bucket: StateBucket, keys: list[str], progress: Progress | None
+) -> tuple[dict[str, StoredObject], dict[str, str], set[str]]:
+    """GET every key concurrently. Returns (objects, errors by key, keys that vanished)."""
+    objects: dict[str, StoredObject] = {}
+    errors: dict[str, str] = {}
+    vanished: set[str] = set()
+    if not keys:
+        return objects, errors, vanished
+    done = 0
+    workers = min(settings.CDKD_SYNC_CONCURRENCY, len(keys))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync-get") as pool:
+        futures = {pool.submit(bucket.get, key): key for key in keys}
+        for future in as_completed(futures):
+            key = futures[future]
+            try:
+                objects[key] = future.result()
+            except NotFound:
+                vanished.add(key)  # deleted between the listing and the GET
+            except EngineError as exc:
+                errors[key] = str(exc)
+            done += 1
+            if progress:
+                progress(done, len(keys))
+    return objects, errors, vanished
+
+
+# --- applying records --------------------------------------------------------------------
+
+
+def _stack_fields(layout: KeyLayout, obj: StoredObject, now) -> tuple[dict, list[Resource]]:
+    """The Stack columns and Resource rows for one stored record."""
+    key = layout.parse(obj.key)
+    assert key is not None
+    record = schema.parse_state(obj.body, key_region=key.region)
+    legacy = key.kind == KeyKind.LEGACY_STATE
+    region = key.region
+    if legacy:
+        # A legacy key has no region segment: the body's region, when it is a string, is it.
+        body_region = record.data.get("region") if isinstance(record.data, dict) else None
+        region = body_region if isinstance(body_region, str) and body_region else None
+    lineage = key.lineage
+    rows = record.resource_rows()
+    fields = {
+        "stack_name": _text(key.stack_name, 1024),
+        "region": region,
+        "legacy": legacy,
+        "etag": obj.etag,
+        "version_id": obj.version_id or "",
+        "size": len(obj.body),
+        "s3_last_modified": obj.last_modified,
+        "body": obj.body,
+        "schema_version": record.version,
+        "record_last_modified": record.last_modified_ms(),
+        "read_only": record.newer_than_supported,
+        "defects": [d.as_dict() for d in record.defects],
+        "has_defects": bool(record.defects),
+        "body_region": _text(record.body_region_kind or "", 128),
+        "region_mismatch": record.region_mismatch,
+        "parent_stack_name": _text(key.parent_name or "", 1024),
+        "parent_logical_id": _text(key.child_logical_id or "", 255),
+        "root_name": _text(lineage[0] if lineage else key.stack_name, 1024),
+        "depth": max(len(lineage) - 1, 0),
+        "resource_count": len(rows),
+        "output_count": len(record.outputs()),
+        "synced_at": now,
+    }
+    resources = []
+    for logical_id, row in rows:
+        row = row if isinstance(row, dict) else None
+        policy = row.get("deletionPolicy") if row else None
+        resources.append(
+            Resource(
+                logical_id=_text(logical_id, 255),
+                resource_type=_text(row.get("resourceType"), 255) if row else "",
+                physical_id=_text(row.get("physicalId"), 2048) if row else "",
+                provisioned_by=_text(row.get("provisionedBy"), 16) if row else "",
+                deletion_policy=_text(policy, 32),
+                malformed=row is None,
+            )
+        )
+    return fields, resources
+
+
+def _apply_states(account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now) -> None:
+    """Create or update the Stack rows (and their resources) of the fetched records."""
+    creates: list[tuple[Stack, list[Resource]]] = []
+    updates: list[tuple[Stack, list[Resource]]] = []
+    for key, obj in objects.items():
+        fields, resources = _stack_fields(layout, obj, now)
+        if key in stored:
+            updates.append((Stack(pk=stored[key][0], account=account, key=key, **fields), resources))
+        else:
+            creates.append((Stack(account=account, key=key, **fields), resources))
+
+    update_fields = [f for f in _stack_fields_names() if f not in ("account", "key")]
+    for start in range(0, max(len(creates), len(updates)), BATCH):
+        with transaction.atomic():
+            create_batch = creates[start : start + BATCH]
+            update_batch = updates[start : start + BATCH]
+            Stack.objects.bulk_create([s for s, _ in create_batch])
+            if update_batch:
+                Stack.objects.bulk_update([s for s, _ in update_batch], update_fields)
+                Resource.objects.filter(stack_id__in=[s.pk for s, _ in update_batch]).delete()
+            rows = []
+            for stack, resources in create_batch + update_batch:
+                for resource in resources:
+                    resource.stack_id = stack.pk
+                    rows.append(resource)
+            Resource.objects.bulk_create(rows, batch_size=2000)
+
+
+def _stack_fields_names() -> list[str]:
+    return [f.name for f in Stack._meta.concrete_fields if not f.primary_key and f.name not in ("parent",)]
+
+
+def _link_parents(account: Account) -> None:
+    """Point each nested child at its parent record (same account, same region)."""
+    rows = list(
+        Stack.objects.filter(account=account).values_list(
+            "pk", "stack_name", "region", "legacy", "parent_id", "parent_stack_name"
+        )
+    )
+    by_name = {(name, region): pk for pk, name, region, legacy, _, _ in rows if not legacy}
+    changed = []
+    for pk, _name, region, _legacy, parent_id, parent_name in rows:
+        want = by_name.get((parent_name, region)) if parent_name else None
+        if want != parent_id:
+            changed.append(Stack(pk=pk, parent_id=want))
+    if changed:
+        Stack.objects.bulk_update(changed, ["parent"], batch_size=BATCH)
+
+
+def _apply_locks(account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now) -> None:
+    rows = []
+    for key, obj in objects.items():
+        parsed_key = layout.parse(key)
+        lock = schema.parse_lock(obj.body)
+        try:
+            data = json.loads(obj.body)
+        except ValueError:
+            data = None
+        error = lock.error
+        if error is None and not isinstance(data, dict):
+            error = f"{key} holds {schema.describe_region_value_kind(data)}, not a lock object; it still blocks cdkd"
+        data = data if isinstance(data, dict) else {}
+        timestamp = data.get("timestamp")
+        rows.append(
+            Lock(
+                pk=stored[key][0] if key in stored else None,
+                account=account,
+                key=key,
+                stack_name=_text(parsed_key.stack_name, 1024),
+                region=parsed_key.region,
+                etag=obj.etag,
+                s3_last_modified=obj.last_modified,
+                body=obj.body,
+                readable=lock.error is None,
+                error=_text(error or "", 2000),
+                owner=_text(data.get("owner"), 2000),
+                operation=_text(data.get("operation"), 255),
+                timestamp_ms=_finite_int(timestamp),
+                expires_at_ms=lock.expires_at_ms(),
+                synced_at=now,
+            )
+        )
+    fields = [
+        "stack_name",
+        "region",
+        "etag",
+        "s3_last_modified",
+        "body",
+        "readable",
+        "error",
+        "owner",
+        "operation",
+        "timestamp_ms",
+        "expires_at_ms",
+        "synced_at",
+    ]
+    with transaction.atomic():
+        Lock.objects.bulk_create([r for r in rows if r.pk is None])
+        Lock.objects.bulk_update([r for r in rows if r.pk is not None], fields, batch_size=BATCH)
+
+
+def _link_locks(account: Account) -> None:
+    stacks = {
+        (name, region, legacy): pk
+        for pk, name, region, legacy in Stack.objects.filter(account=account).values_list(
+            "pk", "stack_name", "region", "legacy"
+        )
+    }
+    changed = []
+    for lock in Lock.objects.filter(account=account).only("pk", "stack_name", "region", "key", "stack_id"):
+        legacy_lock = lock.region is None
+        if legacy_lock:
+            # A legacy lock guards the legacy record, whatever region its body names.
+            want = next((pk for (n, _r, lg), pk in stacks.items() if lg and n == lock.stack_name), None)
+        else:
+            want = stacks.get((lock.stack_name, lock.region, False))
+        if want != lock.stack_id:
+            lock.stack_id = want
+            changed.append(lock)
+    # A stack has at most one lock row pointing at it (OneToOne): clear before setting.
+    if changed:
+        with transaction.atomic():
+            Lock.objects.filter(pk__in=[lk.pk for lk in changed]).update(stack=None)
+            Lock.objects.bulk_update([lk for lk in changed if lk.stack_id], ["stack"], batch_size=BATCH)
+
+
+def _apply_event_indexes(
+    account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now
+) -> None:
+    for key, obj in objects.items():
+        parsed_key = layout.parse(key)
+        try:
+            runs, error = events.parse_run_index(obj.body), ""
+        except ValueError as exc:
+            runs, error = [], f"{key}: {exc}"
+        with transaction.atomic():
+            index, _ = EventIndex.objects.update_or_create(
+                account=account,
+                key=key,
+                defaults={
+                    "stack_name": _text(parsed_key.stack_name, 1024),
+                    "region": _text(parsed_key.region, 64),
+                    "etag": obj.etag,
+                    "error": error,
+                    "synced_at": now,
+                },
+            )
+            index.runs.all().delete()
+            seen = set()
+            rows = []
+            for run in runs:
+                if run.run_id in seen:
+                    continue
+                seen.add(run.run_id)
+                rows.append(
+                    DeploymentRun(
+                        index=index,
+                        run_id=_text(run.run_id, 128),
+                        command=_text(run.command, 32),
+                        cdkd_version=_text(run.cdkd_version, 64),
+                        started_at=_text(run.started_at, 64),
+                        finished_at=_text(run.finished_at, 64),
+                        result=_text(run.result, 16),
+                        event_count=run.event_count if isinstance(run.event_count, int) else 0,
+                    )
+                )
+            DeploymentRun.objects.bulk_create(rows)
+
+
+# --- one account -------------------------------------------------------------------------
+
+
+def _record_bucket_failure(account: Account, status: str, message: str) -> None:
+    Account.objects.filter(pk=account.pk).update(bucket_status=status, bucket_message=message, last_sync_error=message)
+
+
+def sync_account(account: Account, *, actor: str = "sync", progress: Progress | None = None) -> AccountResult:
+    """Bring the mirror of one account up to date with its bucket. Never raises for AWS
+    trouble: a missing or denied bucket is recorded on the account and returned as an
+    error, and the stacks mirrored before stay (a denied bucket is not an empty one)."""
+    started = time.monotonic()
+    result = AccountResult(account=account.account_id)
+    Account.objects.filter(pk=account.pk).update(last_sync_started_at=timezone.now())
+    try:
+        bucket = StateBucket.open(account.access(), actor=actor)
+    except BucketNotFound as exc:
+        result.errors.append(str(exc))
+        _record_bucket_failure(account, BucketStatus.MISSING, str(exc))
+        return result
+    except AccessDenied as exc:
+        result.errors.append(str(exc))
+        _record_bucket_failure(account, BucketStatus.DENIED, str(exc))
+        return result
+    except EngineError as exc:
+        result.errors.append(str(exc))
+        _record_bucket_failure(account, BucketStatus.ERROR, str(exc))
+        return result
+
+    result.bucket = bucket.name
+    resolved = bucket.resolved
+    layout = KeyLayout(account.prefix)
+    try:
+        listing = list_bucket(bucket, layout)
+    except AccessDenied as exc:
+        result.errors.append(str(exc))
+        _record_bucket_failure(account, BucketStatus.DENIED, str(exc))
+        return result
+    except EngineError as exc:
+        result.errors.append(str(exc))
+        _record_bucket_failure(account, BucketStatus.ERROR, str(exc))
+        return result
+
+    stored_states = {
+        k: (pk, etag) for pk, k, etag in Stack.objects.filter(account=account).values_list("pk", "key", "etag")
+    }
+    stored_locks = {
+        k: (pk, etag) for pk, k, etag in Lock.objects.filter(account=account).values_list("pk", "key", "etag")
+    }
+    stored_indexes = {
+        k: (pk, etag) for pk, k, etag in EventIndex.objects.filter(account=account).values_list("pk", "key", "etag")
+    }
+
+    def changed(listed: dict[str, ObjectInfo], stored: dict) -> list[str]:
+        return [k for k, info in listed.items() if k not in stored or stored[k][1] != info.etag]
+
+    state_keys = changed(listing.states, stored_states)
+    lock_keys = changed(listing.locks, stored_locks)
+    index_keys = changed(listing.event_indexes, stored_indexes)
+    result.listed = len(listing.states)
+    result.unchanged = result.listed - len(state_keys)
+
+    objects, errors, vanished = _fetch_all(bucket, state_keys + lock_keys + index_keys, progress)
+    result.errors.extend(f"{key}: {message}" for key, message in sorted(errors.items()))
+
+    now = timezone.now()
+    state_objs = {k: objects[k] for k in state_keys if k in objects}
+    _apply_states(account, layout, state_objs, stored_states, now)
+    result.fetched = len(state_objs)
+
+    gone_states = [k for k in stored_states if k not in listing.states or k in vanished]
+    if gone_states:
+        for start in range(0, len(gone_states), BATCH):
+            Stack.objects.filter(account=account, key__in=gone_states[start : start + BATCH]).delete()
+    result.removed = len(gone_states)
+    if state_objs or gone_states:
+        _link_parents(account)
+
+    _apply_locks(account, layout, {k: objects[k] for k in lock_keys if k in objects}, stored_locks, now)
+    gone_locks = [k for k in stored_locks if k not in listing.locks or k in vanished]
+    Lock.objects.filter(account=account, key__in=gone_locks).delete()
+    if state_objs or gone_states or lock_keys or gone_locks:
+        _link_locks(account)
+
+    _apply_event_indexes(account, layout, {k: objects[k] for k in index_keys if k in objects}, stored_indexes, now)
+    gone_indexes = [k for k in stored_indexes if k not in listing.event_indexes or k in vanished]
+    EventIndex.objects.filter(account=account, key__in=gone_indexes).delete()
+
+    result.requests = dict(bucket.requests)
+    result.seconds = round(time.monotonic() - started, 3)
+    status_message = resolved.warning if resolved else ""
+    error_text = "\n".join(result.errors)
+    Account.objects.filter(pk=account.pk).update(
+        resolved_bucket=bucket.name,
+        bucket_source=resolved.source if resolved else "",
+        bucket_region=bucket.region,
+        bucket_status=BucketStatus.OK,
+        bucket_message=status_message,
+        last_synced_at=timezone.now(),
+        last_sync_error=error_text,
+        last_sync_counts=result.as_json(),
+    )
+    return result
+
+
+def sync_accounts(
+    accounts: Iterable[Account], *, actor: str = "sync", progress: Callable[[int, int], None] | None = None
+) -> list[AccountResult]:
+    """Sync several accounts at once; one account's failure does not stop the others.
+    `progress(done, total)` reports GETs summed over every account."""
+    accounts = list(accounts)
+    totals: dict[int, tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    def one(account: Account) -> AccountResult:
+        def report(done: int, total: int) -> None:
+            if progress is None:
+                return
+            with lock:
+                totals[account.pk] = (done, total)
+                progress(sum(d for d, _ in totals.values()), sum(t for _, t in totals.values()))
+
+        try:
+            return sync_account(account, actor=actor, progress=report)
+        except Exception as exc:  # a bug must not take the other accounts down with it
+            logger.exception("sync of account %s failed", account.account_id)
+            Account.objects.filter(pk=account.pk).update(last_sync_error=f"Sync failed: {exc}")
+            return AccountResult(account=account.account_id, errors=[f"Sync failed: {exc}"])
+        finally:
+            if threading.current_thread() is not threading.main_thread():
+                connection.close()
+
+    # SQLite has one writer at a time (and tests share one in-memory database): accounts
+    # go one after the other there; each account's GETs stay concurrent either way.
+    if len(accounts) <= 1 or connection.vendor == "sqlite":
+        return [one(a) for a in accounts]
+    workers = min(settings.CDKD_SYNC_ACCOUNT_CONCURRENCY, len(accounts))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync-account") as pool:
+        return list(pool.map(one, accounts))
+
+
+# --- requested syncs ---------------------------------------------------------------------
+
+
+def request_sync(user, account: Account | None = None, *, trigger: str = "ui") -> SyncRun:
+    """Create a SyncRun for one account (or every account the person can see) and queue it
+    when the transaction commits."""
+    from cdkd_site.queues import get_queue
+
+    visible = accounts_for(user, Role.VIEWER)
+    if account is not None:
+        if not visible.filter(pk=account.pk).exists():
+            raise PermissionDenied("You have no role on this account")
+        ids = [account.pk]
+    else:
+        ids = list(visible.values_list("pk", flat=True))
+    with transaction.atomic():
+        run = SyncRun.objects.create(
+            account=account, account_ids=ids, requested_by=user if user.is_authenticated else None, trigger=trigger
+        )
+        get_queue("sync").enqueue("stacks.jobs.run_sync", run.pk, job_id=f"sync-{run.pk}")
+    return run
+
+
+def execute_sync_run(run_id: int) -> SyncRun | None:
+    """Run a queued SyncRun. Safe to call twice: only the call that claims it runs it."""
+    claimed = SyncRun.objects.filter(pk=run_id, status=SyncStatus.QUEUED).update(
+        status=SyncStatus.RUNNING, started_at=timezone.now(), phase="listing"
+    )
+    if not claimed:
+        return SyncRun.objects.filter(pk=run_id).first()
+    run = SyncRun.objects.get(pk=run_id)
+    accounts = Account.objects.filter(pk__in=run.account_ids)
+    last_write = 0.0
+
+    def progress(done: int, total: int) -> None:
+        nonlocal last_write
+        # Progress is for a polling page: a write every quarter second is plenty.
+        if done == total or time.monotonic() - last_write > 0.25:
+            last_write = time.monotonic()
+            SyncRun.objects.filter(pk=run_id).update(done=done, total=total, phase="downloading")
+
+    try:
+        results = sync_accounts(accounts, actor=f"sync-{run_id}", progress=progress)
+    except Exception as exc:
+        logger.exception("sync run %s failed", run_id)
+        SyncRun.objects.filter(pk=run_id).update(
+            status=SyncStatus.FAILED, finished_at=timezone.now(), phase="", result={"error": str(exc)}
+        )
+        close_old_connections()
+        return SyncRun.objects.get(pk=run_id)
+    failed = [r for r in results if r.errors]
+    status = (
+        SyncStatus.SUCCEEDED
+        if not failed
+        else (SyncStatus.FAILED if len(failed) == len(results) else SyncStatus.PARTIAL)
+    )
+    SyncRun.objects.filter(pk=run_id).update(
+        status=status,
+        finished_at=timezone.now(),
+        phase="",
+        result={"accounts": [r.as_json() for r in results]},
+    )
+    return SyncRun.objects.get(pk=run_id)
