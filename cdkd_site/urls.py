@@ -1,0 +1,17 @@
+"""Top-level routes: login/logout, the Django admin, RQ's dashboard and the stacks app."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="stacks", permanent=False), name="home"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("django-rq/", include("django_rq.urls")),
+    path("", include("stacks.urls")),
+]

@@ -1,0 +1,51 @@
+"""Presentation filters for cdkd records: JSON shown as JSON, composite ids by segment,
+epoch milliseconds as dates. No decisions are made here; the views decide what to show."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """A JSON value, indented (2 spaces) with key order kept, non-ASCII kept readable."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def inline_json(value: Any) -> str:
+    """A scalar string as itself, anything else (numbers, lists, objects, null) as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+@register.filter
+def is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+@register.filter
+def segments(physical_id: Any) -> list[str]:
+    """A composite physical id (`db|table`) split into its segments; one segment otherwise."""
+    if not isinstance(physical_id, str) or not physical_id:
+        return []
+    return physical_id.split("|")
+
+
+@register.filter
+def from_ms(value: Any) -> datetime | None:
+    """Epoch milliseconds as an aware UTC datetime; None for anything not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None

@@ -1,0 +1,97 @@
+"""A record's S3 version history: the list, one version, and a diff of two.
+
+S3 is read through `stacks.history` (never boto3 here). An engine failure becomes a page
+with its message: 404 for a version that does not exist, 502 for AWS refusing or failing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from engine.errors import EngineError
+from engine.schema import parse_state
+from stacks import diff, history
+from stacks.access import get_stack_or_404
+from stacks.forms import DiffForm
+from stacks.views import present
+from stacks.views.common import AuthedRequest, actor, engine_error
+from stacks.views.detail import parse_stack
+
+CURRENT = "current"
+
+
+@never_cache
+@require_GET
+def stack_history(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
+    stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
+    try:
+        versions = history.list_versions(stack, actor=actor(request))
+    except EngineError as exc:
+        return engine_error(request, stack, exc, doing="Listing the record's versions")
+    readable = [v for v in versions if not v.delete_marker]
+    form = DiffForm(initial={"a": readable[1].version_id if len(readable) > 1 else "", "b": CURRENT})
+    return render(request, "stacks/history.html", {"stack": stack, "versions": versions, "form": form})
+
+
+@never_cache
+@require_GET
+def stack_version(
+    request: AuthedRequest, account_id: str, region_slug: str, stack_name: str, version_id: str
+) -> HttpResponse:
+    stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
+    try:
+        stored = history.get_version(stack, version_id, actor=actor(request))
+    except EngineError as exc:
+        return engine_error(request, stack, exc, doing=f"Reading version {version_id}")
+    parsed = parse_state(stored.body, key_region=None if stack.legacy else stack.region)
+    if parsed.data is not None:
+        text = json.dumps(parsed.data, indent=2, ensure_ascii=False)
+    else:
+        text = stored.body.decode("utf-8", errors="replace")
+    context = {
+        "stack": stack,
+        "stored": stored,
+        "version_id": version_id,
+        "parsed": parsed,
+        "warnings": present.record_warnings(stack, parsed),
+        "resource_count": len(parsed.resource_rows()),
+        "output_count": len(parsed.outputs()),
+        "text": text,
+    }
+    return render(request, "stacks/version.html", context)
+
+
+@never_cache
+@require_GET
+def stack_diff(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
+    """Diff two versions (`a` to `b`); `current` means the record as last synced."""
+    stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
+    form = DiffForm(request.GET)
+    if not form.is_valid():
+        return render(request, "stacks/diff.html", {"stack": stack, "form": form}, status=400)
+    sides = {}
+    for side in ("a", "b"):
+        version_id = form.cleaned_data[side]
+        if version_id == CURRENT:
+            sides[side] = parse_stack(stack)
+            continue
+        try:
+            stored = history.get_version(stack, version_id, actor=actor(request))
+        except EngineError as exc:
+            return engine_error(request, stack, exc, doing=f"Reading version {version_id}")
+        sides[side] = parse_state(stored.body, key_region=None if stack.legacy else stack.region)
+    context = {
+        "stack": stack,
+        "form": form,
+        "a": form.cleaned_data["a"],
+        "b": form.cleaned_data["b"],
+        "diff": diff.diff_records(sides["a"], sides["b"]),
+        "a_defects": sides["a"].defects,
+        "b_defects": sides["b"].defects,
+    }
+    return render(request, "stacks/diff.html", context)

@@ -1,0 +1,204 @@
+"""The stacks table (and its tree view), the accounts page and on-demand sync.
+
+Every query starts from `stacks.access` so a person sees only the accounts they hold a role
+on. The number of SQL queries does not depend on the number of stacks: the lock state is an
+annotation, account and lock come in with `select_related`, and the resource search is an
+`Exists()` subquery (a join would repeat a stack once per matching resource).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Case, CharField, Count, Exists, F, OuterRef, Q, QuerySet, Value, When
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from stacks import sync
+from stacks.access import accounts_for, get_account_or_404, stacks_for
+from stacks.forms import StackFilterForm, SyncForm
+from stacks.models import Account, LockState, Resource, Stack, SyncRun, SyncStatus, now_ms
+from stacks.views.common import AuthedRequest, is_partial
+
+
+def lock_state_expr(at_ms: int) -> Case:
+    """`Lock.state()` as SQL, so the table can show and filter it without a query per row."""
+    return Case(
+        When(lock__isnull=True, then=Value(LockState.NONE)),
+        When(lock__readable=False, then=Value(LockState.UNREADABLE)),
+        When(Q(lock__expires_at_ms__isnull=True) | Q(lock__expires_at_ms__lte=at_ms), then=Value(LockState.EXPIRED)),
+        default=Value(LockState.LIVE),
+        output_field=CharField(),
+    )
+
+
+def filter_stacks(stacks: QuerySet[Stack], filters: dict, at_ms: int) -> QuerySet[Stack]:
+    """Apply the stacks page's search and filters to an already access-checked queryset."""
+    stacks = stacks.select_related("account", "lock").annotate(lock_state=lock_state_expr(at_ms))
+    if q := (filters.get("q") or "").strip():
+        matching = Resource.objects.filter(stack=OuterRef("pk")).filter(
+            Q(logical_id__icontains=q) | Q(physical_id__icontains=q)
+        )
+        stacks = stacks.filter(Q(stack_name__icontains=q) | Exists(matching))
+    if account := filters.get("account"):
+        stacks = stacks.filter(account__account_id=account)
+    if region := filters.get("region"):
+        stacks = stacks.filter(legacy=True) if region == "legacy" else stacks.filter(region=region)
+    if lock := filters.get("lock"):
+        stacks = stacks.filter(lock_state=lock)
+    if defects := filters.get("defects"):
+        stacks = stacks.filter(has_defects=defects == "yes")
+    if version := filters.get("version"):
+        stacks = stacks.filter(schema_version=int(version))
+    if nesting := filters.get("nesting"):
+        stacks = stacks.filter(depth__gt=0) if nesting == "nested" else stacks.filter(depth=0)
+    return stacks.order_by("stack_name", F("region").asc(nulls_last=True), "account__account_id")
+
+
+def _page_context(request: AuthedRequest) -> dict:
+    """The parts the list and the tree share: filter form, account header, active sync."""
+    user = request.user
+    accounts = list(
+        accounts_for(user)
+        .annotate(
+            stack_count=Count("stacks", distinct=True),
+            defect_count=Count("stacks", filter=Q(stacks__has_defects=True), distinct=True),
+        )
+        .order_by("name", "account_id")
+    )
+    visible = stacks_for(user)
+    regions = visible.exclude(region=None).order_by("region").values_list("region", flat=True).distinct()
+    versions = (
+        visible.exclude(schema_version=None)
+        .order_by("schema_version")
+        .values_list("schema_version", flat=True)
+        .distinct()
+    )
+    form = StackFilterForm(request.GET, accounts=accounts, regions=list(regions), versions=list(versions))
+    active_sync = (
+        SyncRun.objects.filter(requested_by=user, status__in=[SyncStatus.QUEUED, SyncStatus.RUNNING])
+        .order_by("-created_at")
+        .first()
+    )
+    return {"form": form, "accounts": accounts, "active_sync": active_sync, "sync_form": SyncForm()}
+
+
+@require_GET
+def stack_list(request: AuthedRequest) -> HttpResponse:
+    if request.GET.get("view") == "tree":
+        return stack_tree(request)
+    context = _page_context(request)
+    stacks = filter_stacks(stacks_for(request.user), context["form"].filters(), now_ms())
+    context["page"] = Paginator(stacks, settings.CDKD_PAGE_SIZE).get_page(request.GET.get("page"))
+    context["tree"] = False
+    template = "stacks/list.html#table" if is_partial(request) else "stacks/list.html"
+    return render(request, template, context)
+
+
+def _tree_rows(roots: list[Stack], descendants: list[Stack]) -> list[tuple[Stack, int]]:
+    """(stack, indent) in pre-order: each page root followed by its nested children."""
+    children: dict[int, list[Stack]] = defaultdict(list)
+    for stack in descendants:
+        children[stack.parent_id].append(stack)
+    rows: list[tuple[Stack, int]] = []
+    seen: set[int] = set()
+
+    def visit(stack: Stack, indent: int) -> None:
+        if stack.pk in seen:  # a damaged parent chain must not loop
+            return
+        seen.add(stack.pk)
+        rows.append((stack, indent))
+        for child in children.get(stack.pk, []):
+            visit(child, indent + 1)
+
+    for root in roots:
+        visit(root, 0)
+    return rows
+
+
+@require_GET
+def stack_tree(request: AuthedRequest) -> HttpResponse:
+    """Top-level stacks (and children whose parent record is gone), a page at a time, each
+    with every nested stack below it. Filters choose the roots."""
+    context = _page_context(request)
+    at_ms = now_ms()
+    filters = {k: v for k, v in context["form"].filters().items() if k != "nesting"}
+    roots = filter_stacks(stacks_for(request.user), filters, at_ms).filter(parent__isnull=True)
+    page = Paginator(roots, settings.CDKD_PAGE_SIZE).get_page(request.GET.get("page"))
+    page_roots = list(page.object_list)
+    descendants = list(
+        filter_stacks(stacks_for(request.user), {}, at_ms).filter(
+            parent__isnull=False,
+            account_id__in={s.account_id for s in page_roots},
+            root_name__in={s.root_name for s in page_roots},
+        )
+    )
+    context.update(page=page, tree=True, tree_rows=_tree_rows(page_roots, descendants))
+    template = "stacks/list.html#table" if is_partial(request) else "stacks/list.html"
+    return render(request, template, context)
+
+
+@require_GET
+def account_list(request: AuthedRequest) -> HttpResponse:
+    at_ms = now_ms()
+    accounts = (
+        accounts_for(request.user)
+        .annotate(
+            stack_count=Count("stacks", distinct=True),
+            nested_count=Count("stacks", filter=Q(stacks__depth__gt=0), distinct=True),
+            defect_count=Count("stacks", filter=Q(stacks__has_defects=True), distinct=True),
+            legacy_count=Count("stacks", filter=Q(stacks__legacy=True), distinct=True),
+            live_lock_count=Count(
+                "locks", filter=Q(locks__readable=True, locks__expires_at_ms__gt=at_ms), distinct=True
+            ),
+        )
+        .order_by("name", "account_id")
+    )
+    return render(request, "stacks/accounts.html", {"accounts": accounts, "sync_form": SyncForm()})
+
+
+@require_POST
+def sync_start(request: AuthedRequest) -> HttpResponse:
+    """Queue a sync of one account or of every account the person sees, then show its
+    progress (a polling fragment for htmx, the sync page otherwise)."""
+    form = SyncForm(request.POST)
+    if not form.is_valid():
+        raise Http404("No such account")
+    account: Account | None = None
+    if form.cleaned_data["account"]:
+        account = get_account_or_404(request.user, form.cleaned_data["account"])
+    try:
+        run = sync.request_sync(request.user, account=account)
+    except PermissionDenied:
+        raise Http404("No such account") from None
+    if is_partial(request):
+        return render(request, "stacks/sync.html#progress", {"run": run})
+    return redirect("sync_status", run_id=run.pk)
+
+
+def _get_run_or_404(request: AuthedRequest, run_id: int) -> SyncRun:
+    run = get_object_or_404(SyncRun.objects.select_related("account"), pk=run_id)
+    if run.account is not None:
+        get_account_or_404(request.user, run.account.account_id)
+    elif not (request.user.is_superuser or run.requested_by_id == request.user.pk):
+        # A sync of every account reports on accounts this person may not see.
+        raise Http404("No such sync")
+    return run
+
+
+@never_cache
+@require_GET
+def sync_status(request: AuthedRequest, run_id: int) -> HttpResponse:
+    run = _get_run_or_404(request, run_id)
+    if is_partial(request):
+        response = render(request, "stacks/sync.html#progress", {"run": run})
+        if run.finished:
+            return HttpResponseStopPolling(response.content)
+        return response
+    return render(request, "stacks/sync.html", {"run": run})
