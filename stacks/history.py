@@ -10,17 +10,11 @@ from __future__ import annotations
 
 from engine.backend import StateBucket, StoredObject, VersionInfo
 from stacks.models import Stack
+from stacks.records import open_bucket
 
 
 def _bucket(stack: Stack, actor: str) -> StateBucket:
-    account = stack.account
-    # The last sync resolved the bucket's name and region; reuse them rather than probing.
-    return StateBucket.open(
-        account.access(),
-        actor=actor,
-        bucket=account.resolved_bucket or None,
-        region=account.bucket_region or None,
-    )
+    return open_bucket(stack.account, actor)
 
 
 def list_versions(stack: Stack, *, actor: str) -> list[VersionInfo]:

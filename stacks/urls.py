@@ -19,7 +19,8 @@ stack_patterns = [
     path("download/", views.stack_download, name="stack_download"),
     path("history/", views.stack_history, name="stack_history"),
     path("history/diff/", views.stack_diff, name="stack_diff"),
-    path("history/<str:version_id>/", views.stack_version, name="stack_version"),
+    # S3 version ids may contain "/" and "+".
+    path("history/<path:version_id>/", views.stack_version, name="stack_version"),
     # A malformed record can hold any logical id, `/` included.
     path("resources/<path:logical_id>/", views.stack_resource, name="stack_resource"),
 ]

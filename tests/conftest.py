@@ -21,3 +21,13 @@ def make_user(django_user_model):
         return user
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _queues_off_the_default_redis(settings):
+    """scripts/test.sh points REDIS_URL at a test database; a bare `pytest` gets an in-memory
+    Redis so a test run never flushes the Redis a demo or a developer is using."""
+    import os
+
+    if "REDIS_URL" not in os.environ:
+        settings.REDIS_URL = "fakeredis://"
