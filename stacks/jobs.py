@@ -25,6 +25,7 @@ def scheduled_sync() -> None:
     """Sync every account, then book the next run. The booking lives in Redis, so the
     schedule survives worker restarts."""
     try:
+        housekeeping()
         with transaction.atomic():
             run = SyncRun.objects.create(
                 account_ids=list(Account.objects.values_list("pk", flat=True)), trigger="schedule"
@@ -48,3 +49,17 @@ def schedule_next_sync(delay_seconds: int) -> bool:
         timedelta(seconds=delay_seconds), "stacks.jobs.scheduled_sync", job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}"
     )
     return True
+
+
+def run_operation(operation_id: int) -> None:
+    from stacks.operations import run_operation as run
+
+    run(operation_id)
+
+
+def housekeeping() -> None:
+    """Mark operations whose worker died, and requests that waited too long."""
+    from stacks.operations import expire_stale_requests, reap_abandoned
+
+    reap_abandoned()
+    expire_stale_requests()

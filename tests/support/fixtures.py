@@ -125,6 +125,17 @@ class AwsHelper:
         extra = {"VersionId": version_id} if version_id else {}
         return self.s3(account_id).get_object(Bucket=bucket, Key=key, **extra)["Body"].read()
 
+    def etag(self, account_id: str, bucket: str, key: str) -> str | None:
+        """The current ETag of the key, or None when it has no current version."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return self.s3(account_id).head_object(Bucket=bucket, Key=key)["ETag"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
     def delete(self, account_id: str, bucket: str, key: str) -> dict[str, Any]:
         """A plain delete (a delete marker in a versioned bucket)."""
         response = self.s3(account_id).delete_object(Bucket=bucket, Key=key)

@@ -40,6 +40,27 @@ def iso_ms(ms: int | None) -> str:
         return f"{ms} (not a valid time)"
 
 
+def audit_json(e) -> dict[str, Any]:
+    return {
+        "id": e.pk,
+        "at": e.created_at.isoformat(),
+        "actor": e.actor,
+        "action": e.action,
+        "account": e.account_ref,
+        "stack": e.stack_name,
+        "region": e.region,
+        "operation": e.operation_id,
+        "planDigest": e.plan_digest,
+        "etagBefore": e.etag_before,
+        "etagAfter": e.etag_after,
+        "result": e.result,
+        "error": e.error,
+        "clientAddress": e.client_address,
+        "prevHash": e.prev_hash,
+        "hash": e.hash,
+    }
+
+
 class Command(BaseCommand):
     help = "cdkd state across accounts: accounts, sync, state list/show/versions, worker"
 
@@ -81,6 +102,33 @@ class Command(BaseCommand):
         versions.add_argument("--account", required=True)
         versions.add_argument("--stack-region", required=True)
         versions.add_argument("--json", action="store_true")
+
+        orphan = st_sub.add_parser("orphan", help="drop a record (or some of its resources); AWS is untouched")
+        orphan.add_argument("stack")
+        orphan.add_argument("--account", required=True)
+        orphan.add_argument("--stack-region")
+        orphan.add_argument("--resource", action="append", default=[], help="logical id (repeatable)")
+        orphan.add_argument("--force", action="store_true")
+        orphan.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
+        restore = st_sub.add_parser("restore", help="make an earlier S3 version of the record current")
+        restore.add_argument("stack")
+        restore.add_argument("--account", required=True)
+        restore.add_argument("--stack-region", required=True)
+        restore.add_argument("--version-id", required=True)
+        restore.add_argument("--yes", action="store_true")
+
+        unlock = sub.add_parser("force-unlock", help="remove a stack's lock.json")
+        unlock.add_argument("stack")
+        unlock.add_argument("--account", required=True)
+        unlock.add_argument("--stack-region")
+        unlock.add_argument("--unreadable", action="store_true", help="second confirmation for an unreadable lock")
+        unlock.add_argument("--yes", action="store_true")
+
+        aud = sub.add_parser("audit", help="print or verify the audit log")
+        aud.add_argument("--account")
+        aud.add_argument("--verify", action="store_true")
+        aud.add_argument("--json", action="store_true")
+        aud.add_argument("--limit", type=int, default=200)
 
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
@@ -314,6 +362,106 @@ class Command(BaseCommand):
         for r in rows:
             kind = "delete marker" if r["deleteMarker"] else f"{r['size']} bytes"
             self.stdout.write(f"{r['versionId']}  {r['lastModified']}  {kind}{'  (current)' if r['isLatest'] else ''}")
+
+    # --- operations ----------------------------------------------------------------------
+
+    def _region(self, account: Account, stack: str, given: str | None, *, locks_too: bool = False) -> str | None:
+        """--stack-region, or the only region the stack has; a legacy record is None."""
+        if given:
+            return given
+        from engine.keys import KeyKind, KeyLayout
+        from stacks.records import open_bucket
+
+        bucket = open_bucket(account, cli_actor())
+        layout = KeyLayout(account.prefix)
+        kinds = {KeyKind.STATE, KeyKind.LEGACY_STATE} | ({KeyKind.LOCK, KeyKind.LEGACY_LOCK} if locks_too else set())
+        regions = set()
+        for info in bucket.list_objects(layout.stack_prefix(stack)):
+            parsed = layout.parse(info.key)
+            if parsed is not None and parsed.stack_name == stack and parsed.kind in kinds:
+                regions.add(parsed.region)
+        if not regions:
+            raise CommandError(f"No stack {stack!r} in account {account.account_id} (bucket {bucket.name})")
+        if len(regions) > 1:
+            named = ", ".join(sorted(r or "legacy" for r in regions))
+            raise CommandError(f"Stack {stack!r} exists in several regions ({named}): pass --stack-region")
+        return regions.pop()
+
+    def _operate(self, kind: str, account: Account, stack: str, region: str | None, params: dict, yes: bool) -> None:
+        from engine.operations import OperationRefused
+        from stacks.audit import cli_actor as audit_actor
+        from stacks.operations import compute_plan, run_direct
+
+        actor = audit_actor()
+        try:
+            plan = compute_plan(account, kind, stack, region, params, actor)
+        except OperationRefused as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"Plan ({plan.digest}): {plan.summary}")
+        for change in plan.changes:
+            self.stdout.write(f"  {change if isinstance(change, str) else json.dumps(change, ensure_ascii=False)}")
+        for warning in plan.warnings:
+            self.stdout.write(f"  warning: {warning}")
+        if not yes:
+            self.stdout.write("Nothing changed: pass --yes to do it.")
+            return
+        op = run_direct(kind, account, stack, region, params, actor=actor, plan=plan)
+        for entry in op.log:
+            if entry.get("level") in ("warning", "error"):
+                self.stderr.write(f"{entry['level']}: {entry['message']}")
+        if op.status == "succeeded":
+            self.stdout.write(f"Done (operation #{op.pk}): {op.result.get('summary', '')}")
+            return
+        if op.status == "partial":
+            self.stdout.write(f"Partly done (operation #{op.pk}): {op.result.get('summary', '')}")
+            raise CommandError(op.error or "partly done", returncode=2)
+        raise CommandError(op.error or f"operation #{op.pk} {op.status}")
+
+    def do_force_unlock(self, o: dict) -> None:
+        account = self.account(o["account"])
+        region = self._region(account, o["stack"], o["stack_region"], locks_too=True)
+        params = {"confirm_unreadable": True} if o["unreadable"] else {}
+        self._operate("force-unlock", account, o["stack"], region, params, o["yes"])
+
+    def do_state_orphan(self, o: dict) -> None:
+        account = self.account(o["account"])
+        region = self._region(account, o["stack"], o["stack_region"])
+        if o["resource"]:
+            params = {"resources": o["resource"], "force": o["force"]}
+            self._operate("orphan-resources", account, o["stack"], region, params, o["yes"])
+        else:
+            self._operate("orphan", account, o["stack"], region, {"force": o["force"]}, o["yes"])
+
+    def do_state_restore(self, o: dict) -> None:
+        account = self.account(o["account"])
+        params = {"version_id": o["version_id"]}
+        self._operate("restore", account, o["stack"], o["stack_region"], params, o["yes"])
+
+    def do_audit(self, o: dict) -> None:
+        from stacks import audit
+        from stacks.models import AuditEvent
+
+        ref = self.account(o["account"]).account_id if o["account"] else None
+        if o["verify"]:
+            checked, problems = audit.verify(ref)
+            if o["json"]:
+                self.emit({"checked": checked, "problems": [p.__dict__ for p in problems]})
+            else:
+                for p in problems:
+                    self.stderr.write(f"account {p.account or '-'} event {p.event_id}: {p.message}")
+                self.stdout.write(f"{checked} events checked, {len(problems)} problems")
+            if problems:
+                raise CommandError(f"the audit chain is broken in {len(problems)} places")
+            return
+        events = AuditEvent.objects.all()
+        if ref:
+            events = events.filter(account_ref=ref)
+        rows = [audit_json(e) for e in events[: o["limit"]]]
+        if o["json"]:
+            return self.emit(rows)
+        for r in rows:
+            target = f"{r['account']} {r['stack']} {r['region']}".strip()
+            self.stdout.write(f"{r['at']}  {r['actor']:16} {r['action']:28} {target} {r['result']} {r['error']}")
 
     # --- worker --------------------------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""SIGKILL a real worker process in the middle of an operation.
+
+Needs what a second process can share: PostgreSQL and a Redis server (scripts/test.sh and
+CI provide both; with the SQLite/fakeredis fallback this test is skipped, saying why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from rq import SimpleWorker
+
+from cdkd_site.queues import get_queue
+from stacks.models import Account, ApprovalPolicy, Operation
+from stacks.operations import reap_abandoned, request_operation, retry
+from stacks.sync import sync_account
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+A1 = "111111111111"
+BUCKET = f"cdkd-state-{A1}"
+KEY = "cdkd/Shop/us-east-1/state.json"
+LOCK_KEY = "cdkd/Shop/us-east-1/lock.json"
+
+
+def row(name: str, **extra) -> dict:
+    return {"physicalId": name, "resourceType": "AWS::SQS::Queue", "properties": {"QueueName": name}, **extra}
+
+
+RECORD = {
+    "version": 11,
+    "stackName": "Shop",
+    "region": "us-east-1",
+    "resources": {"Old": row("old"), "Keep": row("keep", dependencies=["Old"]), "Other": row("other")},
+    "outputs": {},
+    "x_unknown": {"kept": True},
+}
+
+
+def database_url() -> str:
+    s = connection.settings_dict
+    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants, children first seen before any dies."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            children = (task / "children").read_text().split() if (task / "children").exists() else []
+            todo.extend(int(c) for c in children)
+    for victim in pids:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture
+def queue():
+    if connection.vendor != "postgresql" or not settings.REDIS_URL.startswith("redis://"):
+        pytest.skip("needs PostgreSQL and a Redis server shared with a worker process (run scripts/test.sh)")
+    queue = get_queue("default")
+    queue.connection.flushdb()
+    yield queue
+    queue.connection.flushdb()
+
+
+def test_it_survives_a_killed_worker(aws, queue, django_user_model):
+    aws.make_bucket(A1, BUCKET)
+    aws.put(A1, BUCKET, KEY, RECORD)
+    account = Account.objects.create(account_id=A1, role_arn=f"arn:aws:iam::{A1}:role/cdkd-admin")
+    sync_account(account)
+    ApprovalPolicy.objects.create(account=account, kind="orphan-resources", approval_required=False)
+    root = django_user_model.objects.create_superuser("root")
+    op = request_operation(root, account, "orphan-resources", "Shop", "us-east-1", {"resources": ["Old"]})
+    assert op.status == "queued"
+
+    aws.proxy.latency = 1.0  # every S3 call now takes a second: the kill lands mid-operation
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "AWS_ENDPOINT_URL": aws.endpoint,
+        "CDKD_LOCK_TTL_SECONDS": "4",
+        "CDKD_SYNC_INTERVAL": "0",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "rqworker", "default", "--burst"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: aws.etag(A1, BUCKET, LOCK_KEY) is not None, what="the worker to take the lock")
+        kill_tree(worker.pid)  # the worker and its work-horse (which runs in its own session)
+        worker.wait(timeout=10)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+    aws.proxy.latency = 0.0
+
+    op.refresh_from_db()
+    assert op.status == "running"  # nobody is left to say otherwise...
+    assert json.loads(aws.get(A1, BUCKET, KEY)) == RECORD  # ...and the record was not touched
+
+    # The lock stops being renewed, and expires on its own.
+    first = json.loads(aws.get(A1, BUCKET, LOCK_KEY))
+    time.sleep(max(0.0, first["expiresAt"] / 1000 - time.time()) + 1.5)
+    assert json.loads(aws.get(A1, BUCKET, LOCK_KEY)) == first and first["expiresAt"] < time.time() * 1000
+
+    # The reaper marks it abandoned instead of leaving it running forever.
+    assert reap_abandoned(now=timezone.now() + timedelta(seconds=settings.CDKD_OPERATION_ABANDON_SECONDS + 1)) == [
+        op.pk
+    ]
+    op.refresh_from_db()
+    assert op.status == "failed" and op.result["abandoned"] is True
+
+    # Running it again is safe: it adopts its own stale lock and finishes exactly once.
+    retry(root, op)
+    SimpleWorker([queue], connection=queue.connection).work(burst=True)
+    op.refresh_from_db()
+    assert op.status == "succeeded", op.error
+    stored = json.loads(aws.get(A1, BUCKET, KEY))
+    assert sorted(stored["resources"]) == ["Keep", "Other"]
+    assert stored["resources"]["Keep"].get("dependencies", []) == []
+    assert stored["x_unknown"] == {"kept": True}
+    assert aws.etag(A1, BUCKET, LOCK_KEY) is None
