@@ -4,7 +4,12 @@ It forwards every request as it came (method, path, query, headers, body) and on
 - sleeps `latency` seconds per request, to make round trips cost what they cost on AWS;
 - counts requests by S3 (or STS) operation, classified from method, path and query;
 - answers requests for denied buckets (or denied operations) with S3's own 403
-  AccessDenied XML, and can fail a bucket with any status (e.g. 503 SlowDown).
+  AccessDenied XML, and can fail a bucket with any status (e.g. 503 SlowDown);
+- optionally (`serialize`) forwards one request at a time, because moto's conditional
+  writes are check-then-write without a lock and race under concurrency;
+- optionally (`add_hook`, `drop_response`) answers chosen requests with an error, or
+  forwards them and then drops the response (the write lands, the client sees a broken
+  connection: a lost response).
 
 boto3 addresses buckets path-style when the endpoint is an IP address
 (`http://127.0.0.1:port/bucket/key`), which is what makes the bucket visible here.
@@ -19,6 +24,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -41,6 +47,12 @@ BUCKET_SUBRESOURCES = {
 }
 
 OBJECT_SUBRESOURCES = {"tagging": "ObjectTagging", "retention": "ObjectRetention", "legal-hold": "ObjectLegalHold"}
+
+DROP = "drop"  # a hook's answer: forward the request, then close without a response
+
+# A hook sees (api, method, path, headers) and answers None (forward as usual), DROP, or
+# (status, code) for an S3 error reply. Headers are keyed in lower case.
+Hook = Callable[[str, str, str, Mapping[str, str]], "str | tuple[int, str] | None"]
 
 
 def classify(method: str, path: str, query: str, body: bytes = b"", headers: dict[str, str] | None = None) -> str:
@@ -96,11 +108,16 @@ class S3Proxy:
 
     Knobs (all safe to change while it runs): `latency` seconds per request; `deny(bucket)`
     and `deny_operation(api)` for 403 AccessDenied; `fail(bucket, status, code)` for other
-    errors; `clear_rules()` undoes them. `counts` (also `requests`) is a Counter of
-    requests by API name, `reset_counts()` empties it.
+    errors; `add_hook(fn)` for a targeted answer per request (see `Hook`) and
+    `drop_response(api, count)` for lost responses; `clear_rules()` undoes them all.
+    `serialize = True` forwards one request at a time (off by default; not a rule, so
+    `clear_rules()` leaves it). `counts` (also `requests`) is a Counter of requests by API
+    name, `reset_counts()` empties it.
     """
 
-    def __init__(self, upstream: str, *, latency: float = 0.0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, upstream: str, *, latency: float = 0.0, host: str = "127.0.0.1", serialize: bool = False
+    ) -> None:
         parts = urlsplit(upstream)
         self.upstream_host = parts.hostname or "127.0.0.1"
         self.upstream_port = parts.port or 80
@@ -110,6 +127,9 @@ class S3Proxy:
         self.denied_buckets: set[str] = set()
         self.denied_operations: set[str] = set()
         self.failing_buckets: dict[str, tuple[int, str]] = {}
+        self.serialize = serialize
+        self.hooks: list[Hook] = []
+        self._serial = threading.Lock()  # held around each upstream exchange when serializing
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -156,11 +176,30 @@ class S3Proxy:
         with self._lock:
             self.failing_buckets[bucket] = (status, code)
 
+    def add_hook(self, hook: Hook) -> None:
+        """Ask `hook` about every later request (first non-None answer wins)."""
+        with self._lock:
+            self.hooks.append(hook)
+
+    def drop_response(self, api: str, count: int = 1) -> None:
+        """Forward the next `count` `api` requests, then drop their responses (the client
+        sees the connection close; the request has been applied upstream)."""
+        remaining = [count]
+
+        def hook(seen: str, method: str, path: str, headers: Mapping[str, str]) -> str | None:
+            if seen != api or remaining[0] <= 0:
+                return None
+            remaining[0] -= 1
+            return DROP
+
+        self.add_hook(hook)
+
     def clear_rules(self) -> None:
         with self._lock:
             self.denied_buckets.clear()
             self.denied_operations.clear()
             self.failing_buckets.clear()
+            self.hooks.clear()
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -178,6 +217,16 @@ class S3Proxy:
             if bucket in self.denied_buckets or api in self.denied_operations:
                 return (403, "AccessDenied")
             return self.failing_buckets.get(bucket)
+
+    def _hook_answer(
+        self, api: str, method: str, path: str, headers: Mapping[str, str]
+    ) -> str | tuple[int, str] | None:
+        with self._lock:  # hooks may keep counters: one request at a time asks them
+            for hook in self.hooks:
+                answer = hook(api, method, path, headers)
+                if answer is not None:
+                    return answer
+        return None
 
 
 class _Server(ThreadingHTTPServer):
@@ -223,12 +272,26 @@ class _Handler(BaseHTTPRequestHandler):
         api = classify(self.command, parts.path, parts.query, body, dict(self.headers.items()))
         bucket = unquote(parts.path).lstrip("/").partition("/")[0]
         rule = self.proxy._record(api, bucket)
+        answer = None
+        if rule is None and self.proxy.hooks:
+            lowered = {k.lower(): v for k, v in self.headers.items()}
+            answer = self.proxy._hook_answer(api, self.command, unquote(parts.path), lowered)
+            if isinstance(answer, tuple):
+                rule = answer
         if self.proxy.latency:
             time.sleep(self.proxy.latency)
         if rule is not None:
             self._send_error(api, bucket, *rule)
             return
-        status, reason, headers, payload = self._forward(body)
+        if self.proxy.serialize:
+            with self.proxy._serial:
+                status, reason, headers, payload = self._forward(body)
+        else:
+            status, reason, headers, payload = self._forward(body)
+        if answer == DROP:
+            # Applied upstream, never answered: the client's view of a lost response.
+            self.close_connection = True
+            return
         self.send_response_only(status, reason)
         for name, value in headers:
             if name.lower() not in HOP_BY_HOP and not (name.lower() == "content-length" and self.command != "HEAD"):
