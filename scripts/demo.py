@@ -1,0 +1,306 @@
+"""Run the cdkd Admin demo: `.venv/bin/python scripts/demo.py [--port 8000]` from the repo root
+(or `bash scripts/demo.sh`, which installs first).
+
+1. starts a moto server (S3 + STS) as a child process: the demo's AWS, gone when the demo stops;
+2. seeds three accounts' state buckets with a realistic cdkd world (engine.demo);
+3. migrates the database (DATABASE_URL, else SQLite at var/demo.sqlite3), sets the `admin`
+   login to a fresh password, registers the accounts and runs a first sync;
+4. starts the worker (`manage.py cdkd worker`) and the web app (`runserver`), prints one URL.
+
+Redis: REDIS_URL if set; else a Redis answering on 127.0.0.1:6379 (database 15, which the
+demo empties); else a fakeredis TCP server inside this process, which the worker reaches
+over TCP like a real Redis. Ctrl-C stops every child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = ROOT / "var"
+PY = sys.executable
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the servers themselves do: a port in TIME_WAIT from the last run is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def pick_port(preferred: int) -> int:
+    return preferred if port_free(preferred) else free_port()
+
+
+def wait_http(url: str, proc: subprocess.Popen, what: str, log: Path, timeout: float = 60.0) -> None:
+    """Wait until `url` answers any HTTP status; fail with the log's tail if the child died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            fail(f"{what} exited with code {proc.returncode}", log)
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            time.sleep(0.2)
+    fail(f"{what} did not answer at {url} within {timeout:.0f} s", log)
+
+
+def fail(message: str, log: Path | None = None) -> None:
+    say(f"error: {message}")
+    if log and log.exists():
+        tail = log.read_text(errors="replace").splitlines()[-20:]
+        say("  last lines of " + str(log.relative_to(ROOT)) + ":")
+        for line in tail:
+            say("    " + line)
+    raise SystemExit(1)
+
+
+class Children:
+    """Child processes in their own sessions (Ctrl-C reaches only us), stopped in reverse."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen, Any]] = []
+
+    def start(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+        out = log.open("ab")
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.procs.append((name, proc, out))
+        return proc
+
+    def stop(self) -> None:
+        for _name, proc, _out in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # the RQ worker finishes its job on SIGTERM
+        deadline = time.monotonic() + 10
+        for _name, proc, out in reversed(self.procs):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            out.close()
+        self.procs.clear()
+
+
+def manage(env: dict[str, str], *args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([PY, "manage.py", *args], cwd=ROOT, env=env, capture_output=capture, text=True)
+    if check and result.returncode != 0:
+        say(f"error: manage.py {' '.join(args)} exited with code {result.returncode}")
+        for line in (result.stderr or result.stdout or "").strip().splitlines()[-15:]:
+            say("    " + line)
+        raise SystemExit(1)
+    return result
+
+
+def choose_redis(force_fake: bool = False) -> tuple[str, str, Any]:
+    """(REDIS_URL, what to tell the user, a server object to stop or None)."""
+    if os.environ.get("REDIS_URL") and not force_fake:
+        return os.environ["REDIS_URL"], f"REDIS_URL={os.environ['REDIS_URL']}", None
+    import redis
+
+    try:
+        if force_fake:
+            raise redis.ConnectionError("fakeredis requested")
+        conn = redis.Redis.from_url("redis://127.0.0.1:6379/15", socket_connect_timeout=1)
+        conn.ping()
+        conn.flushdb()  # database 15 is the demo's own: drop jobs left by an earlier run
+        return "redis://127.0.0.1:6379/15", "Redis at 127.0.0.1:6379, database 15", None
+    except redis.RedisError:
+        pass
+    try:
+        from fakeredis import TcpFakeServer
+    except ImportError:
+        return "fakeredis://", "in-process fakeredis (no worker: jobs run inline in the web app)", None
+    server = TcpFakeServer(("127.0.0.1", free_port()), server_type="redis")
+    server.daemon_threads = True  # client connections must not keep the demo alive
+    threading.Thread(target=server.serve_forever, name="fakeredis", daemon=True).start()
+    port = server.server_address[1]
+    return f"redis://127.0.0.1:{port}/0", f"fakeredis TCP server on 127.0.0.1:{port} (inside this process)", server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run the cdkd Admin demo.")
+    parser.add_argument("--port", type=int, default=8000, help="web app port (another is picked if busy)")
+    parser.add_argument("--moto-port", type=int, default=5077, help="moto server port (another is picked if busy)")
+    parser.add_argument(
+        "--fakeredis", action="store_true", help="use the in-process fakeredis server even if a Redis answers"
+    )
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    VAR.mkdir(exist_ok=True)
+
+    say("cdkd Admin demo")
+    children = Children()
+    redis_server = None
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    # A shell that starts us in the background ignores SIGINT; Ctrl-C must still stop us.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        # -- AWS: a moto server whose data lives as long as the demo --------------------------
+        moto_port = pick_port(args.moto_port)
+        endpoint = f"http://127.0.0.1:{moto_port}"
+        aws_env = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "demo",
+            "AWS_SECRET_ACCESS_KEY": "demo",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            # Nothing from the user's own AWS set-up may leak into the demo.
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ROLE_ARN"):
+            os.environ.pop(name, None)
+        os.environ.update(aws_env)
+        moto_log = VAR / "demo-moto.log"
+        moto = children.start(
+            "moto", [PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)], moto_log, dict(os.environ)
+        )
+        wait_http(endpoint + "/moto-api/", moto, "the moto server", moto_log)
+        say(f"  AWS        moto server at {endpoint} (the demo's data lives only while it runs)")
+
+        # -- Redis and the database -----------------------------------------------------------
+        redis_url, redis_note, redis_server = choose_redis(args.fakeredis)
+        os.environ["REDIS_URL"] = redis_url
+        say(f"  Redis      {redis_note}")
+        if not os.environ.get("DATABASE_URL"):
+            os.environ["DATABASE_URL"] = f"sqlite:///{VAR / 'demo.sqlite3'}"
+            say("  database   SQLite at var/demo.sqlite3")
+        else:
+            say("  database   DATABASE_URL")
+        env = dict(os.environ)
+        env.setdefault("CDKD_SYNC_INTERVAL", "120")  # the worker re-syncs every two minutes
+
+        # -- Seed the world -------------------------------------------------------------------
+        from engine.demo import DEMO_ACCOUNTS, assumed_role_session, build_demo_world
+
+        world = build_demo_world(assumed_role_session)
+        say(f"  seeded     {world.state_records} stack records ({world.objects} objects) in {world.seconds:.1f} s:")
+        for line in world.describe():
+            say("               " + line)
+
+        # -- Django: schema, login, accounts, first sync --------------------------------------
+        manage(env, "migrate", "--noinput", "-v", "0")
+        password = secrets.token_urlsafe(12)
+        manage(
+            {**env, "DEMO_ADMIN_PASSWORD": password},
+            "shell",
+            "-c",
+            "import os\n"
+            "from django.contrib.auth import get_user_model\n"
+            "user, _ = get_user_model().objects.get_or_create(username='admin')\n"
+            "user.is_staff = user.is_superuser = user.is_active = True\n"
+            "user.set_password(os.environ['DEMO_ADMIN_PASSWORD'])\n"
+            "user.save()\n",
+        )
+        listed = manage(env, "cdkd", "accounts", "list", "--json")
+        known = {row["account"] for row in json.loads(listed.stdout or "[]")}
+        for spec in DEMO_ACCOUNTS:
+            if spec.account_id in known:
+                continue  # registered by an earlier run of the demo
+            add = ["cdkd", "accounts", "add", "--account-id", spec.account_id, "--role-arn", spec.role_arn]
+            add += ["--name", spec.name, "--prefix", spec.prefix]
+            if spec.external_id:
+                add += ["--external-id", spec.external_id]
+            if spec.explicit_bucket:
+                add += ["--bucket", spec.bucket]
+            manage(env, *add)
+        sync = manage(env, "cdkd", "sync", "--json", check=False)
+        try:
+            rows = json.loads(sync.stdout)["accounts"]
+        except (ValueError, KeyError, TypeError):
+            rows = []
+            say("  sync       failed: " + ((sync.stderr or sync.stdout).strip().splitlines() or ["no output"])[-1])
+        for row in rows:
+            errors = f", {len(row['errors'])} errors: {row['errors'][0]}" if row.get("errors") else ""
+            say(f"  synced     {row['account']}: {row['listed']} records, {row['fetched']} fetched{errors}")
+
+        # -- The worker and the web app -------------------------------------------------------
+        if redis_url.startswith("fakeredis://"):
+            say("  worker     not started: jobs run inline in the web app")
+        else:
+            command = ["cdkd", "worker"]
+            note = "running"
+            if redis_server is not None and importlib.util.find_spec("lupa") is None:
+                # RQ's scheduler (the periodic sync) runs Lua scripts, which fakeredis can
+                # only do with lupa installed: run the plain worker, jobs still run.
+                command = ["rqworker", "default", "sync"]
+                note = "running, without the sync schedule (fakeredis has no Lua without lupa)"
+            worker = children.start("worker", [PY, "manage.py", *command], VAR / "demo-worker.log", env)
+            time.sleep(1.5)
+            if worker.poll() is not None:
+                fail(f"the worker exited with code {worker.returncode}", VAR / "demo-worker.log")
+            say(f"  worker     {note} (log: var/demo-worker.log)")
+        web_port = pick_port(args.port)
+        web_log = VAR / "demo-web.log"
+        web = children.start("web", [PY, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"], web_log, env)
+        url = f"http://127.0.0.1:{web_port}/"
+        wait_http(url, web, "the web app", web_log)
+        say("  web app    running (log: var/demo-web.log)")
+        say()
+        say(f"  Open {url}  and log in as  admin / {password}")
+        say("  Ctrl-C stops the demo.")
+
+        # Stay up while the children do; say so if one of them dies.
+        while True:
+            for name, proc, _out in children.procs:
+                if proc.poll() is not None:
+                    fail(f"the {name} process exited with code {proc.returncode}", VAR / f"demo-{name}.log")
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        say()
+        say("Stopping the demo ...")
+    finally:
+        children.stop()
+        if redis_server is not None:
+            redis_server.shutdown()
+            redis_server.server_close()
+    say("Stopped.")
+
+
+if __name__ == "__main__":
+    main()

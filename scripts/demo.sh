@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The one-command demo:  bash scripts/demo.sh [--port 8000]
+# Installs everything into .venv at the repo root, then seeds a three-account cdkd world into
+# an embedded moto server and starts the web app and a worker (see scripts/demo.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+
+exec .venv/bin/python scripts/demo.py "$@"
