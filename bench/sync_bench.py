@@ -144,7 +144,7 @@ def seed(args) -> dict[str, str]:
 
 
 def run(args, moto, proxy) -> None:
-    buckets = seed(args)
+    seed(args)
     # From here on every request goes through the latency proxy.
     os.environ["AWS_ENDPOINT_URL"] = proxy.url
     proxy.latency = args.latency_ms / 1000

@@ -1,4 +1,4 @@
-"""Top-level routes: login/logout, the Django admin, RQ's dashboard and the stacks app."""
+"""Top-level routes: login/logout, the Django admin and the stacks app."""
 
 from __future__ import annotations
 
@@ -12,6 +12,5 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("django-rq/", include("django_rq.urls")),
     path("", include("stacks.urls")),
 ]

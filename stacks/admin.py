@@ -1,11 +1,27 @@
-"""Django admin: accounts and memberships are configuration and editable; everything the
-sync mirrors from the buckets (the bucket is the source of truth) is read-only."""
+"""Django admin: accounts, memberships and approval policies are configuration and editable;
+everything the sync mirrors from the buckets (the bucket is the source of truth) is
+read-only, and so are operations, approvals and the audit log (a record of what happened:
+changed only by the pipeline, and the audit log never)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from stacks.models import Account, DeploymentRun, EventIndex, Lock, Membership, Resource, Stack, SyncRun
+from stacks.models import (
+    Account,
+    Approval,
+    ApprovalPolicy,
+    AuditEvent,
+    DeploymentEvent,
+    DeploymentRun,
+    EventIndex,
+    Lock,
+    Membership,
+    Operation,
+    Resource,
+    Stack,
+    SyncRun,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -144,10 +160,36 @@ class EventIndexAdmin(ReadOnlyAdmin):
 
 @admin.register(DeploymentRun)
 class DeploymentRunAdmin(ReadOnlyAdmin):
-    list_display = ["run_id", "command", "result", "cdkd_version", "started_at", "finished_at", "event_count", "index"]
-    list_filter = ["command", "result"]
-    search_fields = ["run_id", "index__stack_name"]
-    list_select_related = ["index"]
+    list_display = [
+        "run_id",
+        "stack_name",
+        "region",
+        "account",
+        "command",
+        "result",
+        "cdkd_version",
+        "started_at_raw",
+        "event_count",
+        "in_index",
+        "has_stream",
+        "operation",
+    ]
+    list_filter = ["command", "result", "in_index", "has_stream"]
+    search_fields = ["run_id", "stack_name"]
+    list_select_related = ["account", "operation"]
+    raw_id_fields = ["index", "operation"]
+
+
+class DeploymentEventInline(admin.TabularInline):
+    model = DeploymentEvent
+    fields = ["seq", "timestamp_raw", "event_type", "logical_id", "resource_type", "physical_id", "reason", "error"]
+    readonly_fields = fields
+    can_delete = False
+    extra = 0
+    max_num = 0
+
+
+DeploymentRunAdmin.inlines = [DeploymentEventInline]
 
 
 @admin.register(SyncRun)
@@ -156,3 +198,54 @@ class SyncRunAdmin(ReadOnlyAdmin):
     list_filter = ["status", "trigger"]
     search_fields = ["account__account_id", "requested_by__username"]
     list_select_related = ["account", "requested_by"]
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(admin.ModelAdmin):
+    list_display = ["account", "kind", "approval_required", "approvers_needed", "validity_hours"]
+    list_filter = ["kind", "approval_required", "account"]
+    search_fields = ["account__account_id", "account__name"]
+    list_select_related = ["account"]
+    autocomplete_fields = ["account"]
+
+
+class ApprovalInline(admin.TabularInline):
+    model = Approval
+    fields = ["approver", "approved", "comment", "plan_digest", "plan_etag", "created_at"]
+    readonly_fields = fields
+    can_delete = False
+    extra = 0
+    max_num = 0
+
+
+@admin.register(Operation)
+class OperationAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "kind", "stack_name", "region", "account", "requester_name", "via", "status", "created_at"]
+    list_filter = ["status", "kind", "via", "account"]
+    search_fields = ["stack_name", "requester_name", "account__account_id", "plan_digest"]
+    list_select_related = ["account"]
+    raw_id_fields = ["requested_by"]
+    inlines = [ApprovalInline]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ["operation", "approver", "approved", "created_at"]
+    list_filter = ["approved"]
+    search_fields = ["approver__username", "operation__stack_name"]
+    list_select_related = ["operation", "approver"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    """Append-only: no add, change or delete here (the model refuses them too)."""
+
+    list_display = ["created_at", "actor", "action", "account_ref", "stack_name", "region", "operation", "result"]
+    list_filter = ["action", "account_ref"]
+    search_fields = ["actor", "action", "stack_name", "account_ref"]
+    raw_id_fields = ["actor_user", "account", "operation"]
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions

@@ -1,10 +1,11 @@
 """Mirror every account's state bucket into the database, incrementally.
 
 One sync of an account: list the prefix (paginated), compare each key's ETag with the one
-stored, GET only the new or changed records, locks and event indexes (concurrently, with a
-bound), and apply the difference: create, update, delete. A sync that finds nothing
-changed issues no GET. S3 calls happen outside database transactions; only the main
-thread of each account writes to the database.
+stored, GET only the new or changed records, locks, event indexes and streams (concurrently, with a
+bound), and apply the difference: create, update, delete. The `deployments/` event store
+(every run's `{runId}.jsonl` and every `index.json`) is mirrored the same way, by
+`stacks.eventsync`. A sync that finds nothing changed issues no GET. S3 calls happen
+outside database transactions; only the main thread of each account writes to the database.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from django.core.exceptions import PermissionDenied
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from engine import events, schema
+from engine import schema
 from engine.backend import ObjectInfo, StateBucket, StoredObject
 from engine.errors import AccessDenied, BucketNotFound, EngineError, NotFound
 from engine.keys import KeyKind, KeyLayout
+from stacks import eventsync
 from stacks.access import accounts_for
 from stacks.models import (
     Account,
     BucketStatus,
-    DeploymentRun,
     EventIndex,
     Lock,
     Resource,
@@ -96,6 +97,7 @@ class Listing:
     states: dict[str, ObjectInfo] = field(default_factory=dict)
     locks: dict[str, ObjectInfo] = field(default_factory=dict)
     event_indexes: dict[str, ObjectInfo] = field(default_factory=dict)
+    event_streams: dict[str, ObjectInfo] = field(default_factory=dict)
 
 
 def list_bucket(bucket: StateBucket, layout: KeyLayout) -> Listing:
@@ -110,6 +112,8 @@ def list_bucket(bucket: StateBucket, layout: KeyLayout) -> Listing:
             listing.locks[info.key] = info
         elif parsed.kind == KeyKind.EVENT_INDEX:
             listing.event_indexes[info.key] = info
+        elif parsed.kind == KeyKind.EVENT_STREAM:
+            listing.event_streams[info.key] = info
     return listing
 
 
@@ -323,49 +327,6 @@ def _link_locks(account: Account) -> None:
             Lock.objects.bulk_update([lk for lk in changed if lk.stack_id], ["stack"], batch_size=BATCH)
 
 
-def _apply_event_indexes(
-    account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now
-) -> None:
-    for key, obj in objects.items():
-        parsed_key = layout.parse(key)
-        try:
-            runs, error = events.parse_run_index(obj.body), ""
-        except ValueError as exc:
-            runs, error = [], f"{key}: {exc}"
-        with transaction.atomic():
-            index, _ = EventIndex.objects.update_or_create(
-                account=account,
-                key=key,
-                defaults={
-                    "stack_name": _text(parsed_key.stack_name, 1024),
-                    "region": _text(parsed_key.region, 64),
-                    "etag": obj.etag,
-                    "error": error,
-                    "synced_at": now,
-                },
-            )
-            index.runs.all().delete()
-            seen = set()
-            rows = []
-            for run in runs:
-                if run.run_id in seen:
-                    continue
-                seen.add(run.run_id)
-                rows.append(
-                    DeploymentRun(
-                        index=index,
-                        run_id=_text(run.run_id, 128),
-                        command=_text(run.command, 32),
-                        cdkd_version=_text(run.cdkd_version, 64),
-                        started_at=_text(run.started_at, 64),
-                        finished_at=_text(run.finished_at, 64),
-                        result=_text(run.result, 16),
-                        event_count=run.event_count if isinstance(run.event_count, int) else 0,
-                    )
-                )
-            DeploymentRun.objects.bulk_create(rows)
-
-
 # --- one account -------------------------------------------------------------------------
 
 
@@ -418,6 +379,7 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     stored_indexes = {
         k: (pk, etag) for pk, k, etag in EventIndex.objects.filter(account=account).values_list("pk", "key", "etag")
     }
+    stored_streams = eventsync.stored_streams(account)
 
     def changed(listed: dict[str, ObjectInfo], stored: dict) -> list[str]:
         return [k for k, info in listed.items() if k not in stored or stored[k][1] != info.etag]
@@ -425,10 +387,11 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     state_keys = changed(listing.states, stored_states)
     lock_keys = changed(listing.locks, stored_locks)
     index_keys = changed(listing.event_indexes, stored_indexes)
+    stream_keys = changed(listing.event_streams, stored_streams)
     result.listed = len(listing.states)
     result.unchanged = result.listed - len(state_keys)
 
-    objects, errors, vanished = _fetch_all(bucket, state_keys + lock_keys + index_keys, progress)
+    objects, errors, vanished = _fetch_all(bucket, state_keys + lock_keys + index_keys + stream_keys, progress)
     result.errors.extend(f"{key}: {message}" for key, message in sorted(errors.items()))
 
     now = timezone.now()
@@ -450,9 +413,17 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     if state_objs or gone_states or lock_keys or gone_locks:
         _link_locks(account)
 
-    _apply_event_indexes(account, layout, {k: objects[k] for k in index_keys if k in objects}, stored_indexes, now)
-    gone_indexes = [k for k in stored_indexes if k not in listing.event_indexes or k in vanished]
-    EventIndex.objects.filter(account=account, key__in=gone_indexes).delete()
+    found = eventsync.changes(
+        listing.event_indexes,
+        listing.event_streams,
+        stored_indexes,
+        stored_streams,
+        objects,
+        vanished,
+        index_keys + stream_keys,
+    )
+    eventsync.mirror_event_store(account, layout, found, now)
+    eventsync.link_operations(account)
 
     result.requests = dict(bucket.requests)
     result.seconds = round(time.monotonic() - started, 3)

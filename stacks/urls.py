@@ -23,6 +23,22 @@ stack_patterns = [
     path("history/<path:version_id>/", views.stack_version, name="stack_version"),
     # A malformed record can hold any logical id, `/` included.
     path("resources/<path:logical_id>/", views.stack_resource, name="stack_resource"),
+    path("operations/new/<str:kind>/", views.operation_new, name="operation_new"),
+]
+
+operation_patterns = [
+    path("", views.operation_detail, name="operation"),
+    path("decide/", views.operation_decide, name="operation_decide"),
+    path("cancel/", views.operation_cancel, name="operation_cancel"),
+    path("retry/", views.operation_retry, name="operation_retry"),
+]
+
+account_patterns = [
+    path("", views.account_settings, name="account_settings"),
+    path("policy/", views.account_policy, name="account_policy"),
+    path("members/", views.account_member_add, name="account_member_add"),
+    path("members/<int:membership_id>/", views.account_member_change, name="account_member_change"),
+    path("members/<int:membership_id>/remove/", views.account_member_remove, name="account_member_remove"),
 ]
 
 urlpatterns = [
@@ -32,4 +48,11 @@ urlpatterns = [
     path("sync/", views.sync_start, name="sync"),
     path("sync/<int:run_id>/", views.sync_status, name="sync_status"),
     path(STACK, include(stack_patterns)),
+    path("operations/", views.operation_list, name="operations"),
+    path("operations/<int:op_id>/", include(operation_patterns)),
+    path("audit/", views.audit_log, name="audit"),
+    path("events/", views.event_timeline, name="events"),
+    # A run id is one key segment (no "/"); cdkd's are `20260613T012345678Z-1a2b3c4d`.
+    path("events/<str:account_id>/<str:region>/<str:stack_name>/<str:run_id>/", views.event_run, name="event_run"),
+    path("accounts/<str:account_id>/settings/", include(account_patterns)),
 ]

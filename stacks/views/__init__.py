@@ -1,11 +1,42 @@
 """The stack browser's views, one module per page family."""
 
+from stacks.views.audit import audit_log
 from stacks.views.detail import stack_detail, stack_download, stack_json, stack_resource
+from stacks.views.events import event_run, event_timeline
 from stacks.views.history import stack_diff, stack_history, stack_version
 from stacks.views.listing import account_list, stack_list, stack_tree, sync_start, sync_status
+from stacks.views.operations import (
+    operation_cancel,
+    operation_decide,
+    operation_detail,
+    operation_list,
+    operation_new,
+    operation_retry,
+)
+from stacks.views.people import (
+    account_member_add,
+    account_member_change,
+    account_member_remove,
+    account_policy,
+    account_settings,
+)
 
 __all__ = [
     "account_list",
+    "account_member_add",
+    "account_member_change",
+    "account_member_remove",
+    "account_policy",
+    "account_settings",
+    "audit_log",
+    "event_run",
+    "event_timeline",
+    "operation_cancel",
+    "operation_decide",
+    "operation_detail",
+    "operation_list",
+    "operation_new",
+    "operation_retry",
     "stack_detail",
     "stack_diff",
     "stack_download",

@@ -12,11 +12,12 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from engine.schema import ParsedRecord, parse_state
-from stacks.access import get_stack_or_404
+from stacks.access import get_stack_or_404, has_role
 from stacks.forms import ResourceFilterForm
-from stacks.models import Lock, Stack, now_ms
+from stacks.models import Lock, Role, Stack, now_ms
 from stacks.views import present
 from stacks.views.common import AuthedRequest, is_partial
+from stacks.views.events import stack_runs
 
 
 def parse_stack(stack: Stack) -> ParsedRecord:
@@ -62,6 +63,8 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
         skipped_outputs=parsed.skipped_outputs(),
         parent=stack.parent,
         children=stack.children.select_related("account").order_by("stack_name", "region"),
+        can_operate=has_role(request.user, stack.account, Role.OPERATOR),
+        runs=stack_runs(stack),
     )
     return render(request, "stacks/stack.html", context)
 

@@ -16,8 +16,9 @@ from django.views.decorators.http import require_GET
 from engine.errors import EngineError
 from engine.schema import parse_state
 from stacks import diff, history
-from stacks.access import get_stack_or_404
+from stacks.access import get_stack_or_404, has_role
 from stacks.forms import DiffForm
+from stacks.models import Role
 from stacks.views import present
 from stacks.views.common import AuthedRequest, actor, engine_error
 from stacks.views.detail import parse_stack
@@ -35,7 +36,13 @@ def stack_history(request: AuthedRequest, account_id: str, region_slug: str, sta
         return engine_error(request, stack, exc, doing="Listing the record's versions")
     readable = [v for v in versions if not v.delete_marker]
     form = DiffForm(initial={"a": readable[1].version_id if len(readable) > 1 else "", "b": CURRENT})
-    return render(request, "stacks/history.html", {"stack": stack, "versions": versions, "form": form})
+    context = {
+        "stack": stack,
+        "versions": versions,
+        "form": form,
+        "can_operate": has_role(request.user, stack.account, Role.OPERATOR),
+    }
+    return render(request, "stacks/history.html", context)
 
 
 @never_cache

@@ -23,7 +23,7 @@ from django_htmx.http import HttpResponseStopPolling
 from stacks import sync
 from stacks.access import accounts_for, get_account_or_404, stacks_for
 from stacks.forms import StackFilterForm, SyncForm
-from stacks.models import Account, LockState, Resource, Stack, SyncRun, SyncStatus, now_ms
+from stacks.models import Account, LockState, Resource, Role, Stack, SyncRun, SyncStatus, now_ms
 from stacks.views.common import AuthedRequest, is_partial
 
 
@@ -160,7 +160,9 @@ def account_list(request: AuthedRequest) -> HttpResponse:
         )
         .order_by("name", "account_id")
     )
-    return render(request, "stacks/accounts.html", {"accounts": accounts, "sync_form": SyncForm()})
+    administered = set(accounts_for(request.user, Role.ADMIN).values_list("pk", flat=True))
+    context = {"accounts": accounts, "sync_form": SyncForm(), "administered": administered}
+    return render(request, "stacks/accounts.html", context)
 
 
 @require_POST

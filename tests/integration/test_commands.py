@@ -101,7 +101,9 @@ def test_it_shows_the_stored_record_and_lock(bucket):
 
 
 def test_it_shows_nested_children(bucket):
-    shown = json.loads(cdkd("state", "show", "App", "--account", A1, "--stack-region", "us-east-1", "--show-nested", "--json"))
+    shown = json.loads(
+        cdkd("state", "show", "App", "--account", A1, "--stack-region", "us-east-1", "--show-nested", "--json")
+    )
 
     assert [c["state"]["stackName"] for c in shown["children"]] == ["App~Db"]
     assert shown["children"][0]["lock"] is None and shown["children"][0]["children"] == []

@@ -22,7 +22,7 @@ from django.utils import timezone
 from rq import SimpleWorker
 
 from cdkd_site.queues import get_queue
-from stacks.models import Account, ApprovalPolicy, Operation
+from stacks.models import Account, ApprovalPolicy
 from stacks.operations import reap_abandoned, request_operation, retry
 from stacks.sync import sync_account
 

@@ -124,6 +124,23 @@ class Command(BaseCommand):
         unlock.add_argument("--unreadable", action="store_true", help="second confirmation for an unreadable lock")
         unlock.add_argument("--yes", action="store_true")
 
+        scrub = sub.add_parser("scrub", help="find secrets in the bucket and its history (--dry-run), or remove them")
+        scrub.add_argument("stacks", nargs="*", metavar="STACK", help="stacks (default: the whole account)")
+        scrub.add_argument("--account", required=True)
+        scrub.add_argument("--stack-region")
+        scrub_mode = scrub.add_mutually_exclusive_group()
+        scrub_mode.add_argument("--dry-run", action="store_true", help="scan and print findings only (the default)")
+        scrub_mode.add_argument("--yes", action="store_true", help="scrub the named stacks (audited operations)")
+        scrub.add_argument("--purge-history", action="store_true", help="also delete noncurrent versions")
+        scrub.add_argument("--json", action="store_true")
+
+        evs = sub.add_parser("events", help="a stack's runs, or one run's events, read from the bucket")
+        evs.add_argument("stack")
+        evs.add_argument("--account", required=True)
+        evs.add_argument("--stack-region")
+        evs.add_argument("--run", help="print this run's events")
+        evs.add_argument("--json", action="store_true")
+
         aud = sub.add_parser("audit", help="print or verify the audit log")
         aud.add_argument("--account")
         aud.add_argument("--verify", action="store_true")
@@ -462,6 +479,126 @@ class Command(BaseCommand):
         for r in rows:
             target = f"{r['account']} {r['stack']} {r['region']}".strip()
             self.stdout.write(f"{r['at']}  {r['actor']:16} {r['action']:28} {target} {r['result']} {r['error']}")
+
+    # --- events --------------------------------------------------------------------------
+
+    def do_events(self, o: dict) -> None:
+        """`cdkd events`: read the bucket directly, not the mirror (reference §4.6)."""
+        from engine.keys import KeyLayout
+        from stacks.eventread import EventsError, event_line, list_runs, read_run, resolve_region
+        from stacks.records import open_bucket
+
+        account = self.account(o["account"])
+        stack = o["stack"]
+        bucket = open_bucket(account, cli_actor())
+        layout = KeyLayout(account.prefix)
+        try:
+            if "/" in stack or not stack:
+                raise EventsError("EVENTS_NOT_FOUND", f"no event history for {stack}")
+            region = resolve_region(bucket, layout, stack, o["stack_region"])
+            if o["run"]:
+                run_events = read_run(bucket, layout, stack, region, o["run"])
+                if o["json"]:
+                    return self.emit(run_events)
+                for event in run_events:
+                    for line in event_line(event):
+                        self.stdout.write(line)
+                return
+            runs, note = list_runs(bucket, layout, stack, region)
+        except EventsError as exc:
+            raise CommandError(f"{exc.code}: {exc}") from None
+        if o["json"]:
+            return self.emit({"stackName": stack, "region": region, "runs": [r.as_dict() for r in runs]})
+        if note:
+            self.stderr.write(f"note: {note}")
+        if not runs:
+            self.stdout.write(f"No runs recorded for {stack} in {region}.")
+        for r in runs:
+            self.stdout.write(
+                f"{r.run_id}  {r.command or '-':8} {r.result or '-':9} {r.started_at or '-'} → {r.finished_at or '-'}"
+                f"  {r.event_count} events  cdkd {r.cdkd_version or '?'}"
+            )
+
+    # --- scrub ---------------------------------------------------------------------------
+
+    def do_scrub(self, o: dict) -> None:
+        """Scan (default, `--dry-run`) or scrub (`--yes`, one audited operation per stack).
+        Secret values never reach the output: findings carry paths and sources only."""
+        account = self.account(o["account"])
+        if not o["yes"]:
+            return self._scrub_scan(account, o)
+        if not o["stacks"]:
+            raise CommandError("name the stack(s) to scrub; without STACK only a scan (--dry-run) is possible")
+        self._scrub_run(account, o)
+
+    def _scrub_scan(self, account: Account, o: dict) -> None:
+        from engine.keys import KeyLayout
+        from engine.scrub import scan
+        from stacks.records import open_bucket
+
+        if o["purge_history"]:
+            raise CommandError("--purge-history needs --yes (a scan changes nothing)")
+        bucket = open_bucket(account, cli_actor())
+        result = scan(bucket, KeyLayout(account.prefix), stacks=o["stacks"] or None, region=o["stack_region"])
+        for warning in result.warnings:
+            self.stderr.write(f"warning: {warning}")
+        if o["json"]:
+            return self.emit(result.as_json())
+        for f in result.findings:
+            where = f"{f.key}" + (f" (version {f.versionId})" if f.versionId else " (current)")
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in f.path).lstrip(".")
+            self.stdout.write(f"{where}  {path or '(whole body)'}  {f.source}")
+        self.stdout.write(
+            f"{len(result.findings)} finding(s) in {result.objects_scanned} object version(s) of {result.keys} "
+            f"key(s); {result.secrets} known secret value(s) searched in {', '.join(result.regions)}"
+        )
+
+    def _scrub_run(self, account: Account, o: dict) -> None:
+        from engine.operations import OperationRefused
+        from stacks.audit import cli_actor as audit_actor
+        from stacks.operations import compute_plan, run_direct
+
+        actor = audit_actor()
+        params = {"purge_history": bool(o["purge_history"])}
+        rows: list[dict[str, Any]] = []
+        for stack in dict.fromkeys(o["stacks"]):
+            row: dict[str, Any] = {"stackName": stack, "region": o["stack_region"], "operation": None}
+            try:
+                region = self._region(account, stack, o["stack_region"])
+                row["region"] = region
+                plan = compute_plan(account, "scrub", stack, region, params, actor)
+                if not o["json"]:
+                    self.stdout.write(f"Plan for {stack} ({region}) ({plan.digest}): {plan.summary}")
+                    for change in plan.changes:
+                        self.stdout.write(f"  {change}")
+                    for warning in plan.warnings:
+                        self.stdout.write(f"  warning: {warning}")
+                op = run_direct("scrub", account, stack, region, params, actor=actor, plan=plan)
+            except (CommandError, OperationRefused, EngineError) as exc:
+                row.update(status="refused", summary=str(exc), warnings=[])
+                rows.append(row)
+                if not o["json"]:
+                    self.stderr.write(f"{stack}: refused: {exc}")
+                continue
+            row.update(
+                operation=op.pk,
+                status=op.status,
+                summary=op.result.get("summary") or op.error,
+                warnings=op.result.get("warnings") or [],
+            )
+            rows.append(row)
+            if not o["json"]:
+                for warning in row["warnings"]:
+                    self.stderr.write(f"warning: {warning}")
+                self.stdout.write(f"{stack} ({row['region']}): {op.status} (operation #{op.pk}): {row['summary']}")
+        if o["json"]:
+            self.emit({"operations": rows})
+        bad = [r for r in rows if r["status"] != "succeeded"]
+        if bad:
+            named = ", ".join(f"{r['stackName']} ({r['status']})" for r in bad)
+            raise CommandError(
+                f"scrub did not fully succeed for {len(bad)} of {len(rows)} stack(s): {named}", returncode=2
+            )
 
     # --- worker --------------------------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""Per-resource-type deletes (and, later, creates and updates) through boto3.
+
+`delete_resource(clients, ref, snapshot=...)` is what the destroy runner calls. It routes
+the row as cdkd does for a delete (reference: deploy-engine.md §5.2): a `provisionedBy:
+cc-api` row goes through Cloud Control (sticky), except for the types Cloud Control cannot
+handle; otherwise the type's SDK provider; a type without one goes through Cloud Control.
+
+Adding a type is one small module in this package that defines `PROVIDERS` (instances with
+`types`, `supports_snapshot` and `delete`), plus its name in `_MODULES` below.
+"""
+
+from __future__ import annotations
+
+from engine.providers import dynamodb, iam, kms, lambda_, logs, s3, secretsmanager, sns, sqs, ssm
+from engine.providers.base import (
+    DELETED,
+    NOT_FOUND,
+    Clients,
+    NotFoundGone,
+    Provider,
+    ProviderError,
+    ResourceRef,
+    SdkProvider,
+    Skip,
+)
+from engine.providers.cloudcontrol import PROVIDER as CLOUD_CONTROL
+from engine.providers.cloudcontrol import CloudControlProvider, cloud_control_can_delete
+
+_MODULES = (s3, sqs, sns, dynamodb, iam, lambda_, logs, ssm, secretsmanager, kms)
+
+
+def _registry() -> dict[str, Provider]:
+    registry: dict[str, Provider] = {}
+    for module in _MODULES:
+        for provider in module.PROVIDERS:
+            for resource_type in provider.types:
+                if resource_type in registry:
+                    raise RuntimeError(f"two providers for {resource_type}")  # a wiring mistake
+                registry[resource_type] = provider
+    return registry
+
+
+REGISTRY: dict[str, Provider] = _registry()
+SDK_TYPES: frozenset[str] = frozenset(REGISTRY)
+
+
+def provider_for(ref: ResourceRef) -> Provider:
+    """The provider that deletes this row: Cloud Control for cc-api rows (where it can) and
+    for every type without an SDK provider; otherwise the SDK provider of the type."""
+    sdk = REGISTRY.get(ref.resource_type)
+    if ref.provisioned_by == "cc-api" and cloud_control_can_delete(ref.resource_type):
+        return CLOUD_CONTROL
+    return sdk if sdk is not None else CLOUD_CONTROL
+
+
+def delete_resource(clients: Clients, ref: ResourceRef, *, snapshot: bool = False) -> str:
+    """Delete the row's AWS resource: "deleted" or "not-found"; raises Skip or ProviderError."""
+    return provider_for(ref).delete(clients, ref, snapshot=snapshot)
+
+
+__all__ = [
+    "CLOUD_CONTROL",
+    "DELETED",
+    "NOT_FOUND",
+    "REGISTRY",
+    "SDK_TYPES",
+    "Clients",
+    "CloudControlProvider",
+    "NotFoundGone",
+    "Provider",
+    "ProviderError",
+    "ResourceRef",
+    "SdkProvider",
+    "Skip",
+    "delete_resource",
+    "provider_for",
+]

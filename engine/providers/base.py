@@ -1,0 +1,221 @@
+"""The provider contract: what the destroy runner hands a provider and what it gets back.
+
+A provider deletes one AWS resource that a cdkd state record describes. It answers
+`"deleted"` (the delete went through), `"not-found"` (AWS says it is already gone: the
+runner counts that as deleted), raises `Skip` when the row cannot be addressed (no AWS call
+is made, the row is kept) or `ProviderError` when AWS refused or failed the delete.
+
+`SdkProvider` is the base of the per-service providers: it applies the checks every row
+gets (a usable physical id, a redacted address, a snapshot the type cannot take) and maps
+botocore errors to the outcomes above, so a service module only says which calls to make.
+Later, `create`/`update`/`read` join `delete` on the same classes (reference:
+deploy-engine.md §5.1), which is why the provider is an object with per-type state rather
+than a function.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from engine import aws as engine_aws
+from engine.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+DELETED = "deleted"
+NOT_FOUND = "not-found"
+
+# Reasons, worded as cdkd words them (seed 004 "Every cause of a skip"; reference §8.2).
+NO_PHYSICAL_ID_REASON = "state record has no physical id"
+COMPOSITE_ID_SKIP_REASON = "malformed physicalId in state — no delete issued"
+REDACTION_MASK = "***"
+
+# An IAM user, role or group name (IAM's own pattern). Paths are not part of a name.
+IAM_NAME = re.compile(r"^[\w+=,.@-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """One row of a state record, as a provider needs it."""
+
+    logical_id: str
+    resource_type: str
+    physical_id: str | None
+    properties: dict = field(default_factory=dict)  # resolved properties ({} when unreadable)
+    attributes: dict = field(default_factory=dict)  # cached Fn::GetAtt values ({} when absent)
+    region: str = engine_aws.DEFAULT_REGION  # the stack's region (from the record's key)
+    account_id: str = ""
+    provisioned_by: str | None = None  # "sdk" | "cc-api" | None (legacy rows: sdk)
+
+
+class Skip(Exception):
+    """The row cannot be addressed; no AWS call was made. `str(exc)` is the reason."""
+
+
+class NotFoundGone(Exception):
+    """Raised inside a provider to say "already gone"; `SdkProvider.delete` turns it into
+    `"not-found"`. Never escapes a provider."""
+
+
+class ProviderError(EngineError):
+    """The delete failed. The message names the logical id, type, physical id, the AWS
+    action and AWS's error code; `aws_code` and `request_id` carry them for the event log."""
+
+    def __init__(self, message: str, *, aws_code: str | None = None, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.aws_code = aws_code
+        self.request_id = request_id
+
+
+@runtime_checkable
+class Provider(Protocol):
+    types: tuple[str, ...]
+    supports_snapshot: bool
+
+    def delete(self, clients: Clients, ref: ResourceRef, *, snapshot: bool = False) -> str: ...
+
+
+class Clients:
+    """boto3 clients of one session, built on first use and cached per (service, region).
+
+    Built through `engine.aws.client`, so they carry the house config (standard retries)
+    and the endpoint from `AWS_ENDPOINT_URL`. Safe to share between the runner's threads.
+    """
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self._cache: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, service: str, region: str) -> Any:
+        key = (service, region or engine_aws.DEFAULT_REGION)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is None:
+                cached = self._cache[key] = engine_aws.client(self.session, service, key[1])
+            return cached
+
+
+# -- helpers shared by the service modules ------------------------------------------------
+
+
+def error_code(exc: BaseException) -> str:
+    """AWS's error code of a ClientError ("" for anything else)."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", "") or "")
+    return ""
+
+
+def error_message(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Message", "") or "")
+    return str(exc)
+
+
+def request_id(exc: BaseException) -> str | None:
+    if isinstance(exc, ClientError):
+        meta = exc.response.get("ResponseMetadata", {})
+        return meta.get("RequestId") or meta.get("HTTPHeaders", {}).get("x-amzn-requestid")
+    return None
+
+
+def describe(ref: ResourceRef, physical_id: str | None = None) -> str:
+    """`Logical (AWS::Type physical-id)`: how every message names the resource."""
+    return f"{ref.logical_id} ({ref.resource_type} {physical_id if physical_id is not None else ref.physical_id})"
+
+
+def provider_error(ref: ResourceRef, action: str, exc: BaseException, *, what: str = "") -> ProviderError:
+    """The ProviderError for a failed AWS call: who, which action, AWS's code and message."""
+    code = error_code(exc) or type(exc).__name__
+    detail = what or error_message(exc)
+    message = f"{describe(ref)}: {action} failed ({code})"
+    if detail:
+        message += f": {detail}"
+    return ProviderError(message, aws_code=error_code(exc) or None, request_id=request_id(exc))
+
+
+def is_redacted(value: Any) -> bool:
+    """A value that names nothing in AWS: the NoEcho mask or a secret dynamic reference
+    (seed 004: an address property cdkd redacted)."""
+    return isinstance(value, str) and (REDACTION_MASK in value or "{{resolve:" in value)
+
+
+def require_physical_id(ref: ResourceRef) -> str:
+    """The row's physical id, or Skip when it is missing, not a string, blank or redacted."""
+    pid = ref.physical_id
+    if not isinstance(pid, str) or not pid.strip():
+        raise Skip(NO_PHYSICAL_ID_REASON)
+    if is_redacted(pid):
+        raise Skip(f"the physical id is redacted ({REDACTION_MASK} or a secret reference) and names nothing in AWS")
+    return pid.strip()
+
+
+@dataclass(frozen=True)
+class Arn:
+    partition: str
+    service: str
+    region: str
+    account: str
+    resource: str
+
+
+def parse_arn(value: str) -> Arn | None:
+    """The parts of an ARN, or None when `value` is not one."""
+    parts = value.split(":", 5)
+    if len(parts) != 6 or parts[0] != "arn" or not parts[2] or not parts[5]:
+        return None
+    return Arn(parts[1], parts[2], parts[3], parts[4], parts[5])
+
+
+def region_of(ref: ResourceRef, physical_id: str) -> str:
+    """Where to send the call: an ARN's own region when it has one, else the stack's."""
+    arn = parse_arn(physical_id)
+    return (arn.region if arn and arn.region else "") or ref.region or engine_aws.DEFAULT_REGION
+
+
+# -- the base class of SDK providers ---------------------------------------------------------
+
+
+class SdkProvider:
+    """Common checks and error mapping around a service module's `_delete`.
+
+    Subclasses set `types`, `not_found_codes` (AWS's codes for "no such resource", turned
+    into "not-found") and implement `_delete(clients, ref, physical_id, snapshot)`.
+    """
+
+    types: ClassVar[tuple[str, ...]] = ()
+    supports_snapshot: ClassVar[bool] = False
+    not_found_codes: ClassVar[frozenset[str]] = frozenset()
+    action: ClassVar[str] = "delete"  # the main AWS action, for messages
+
+    def delete(self, clients: Clients, ref: ResourceRef, *, snapshot: bool = False) -> str:
+        physical_id = require_physical_id(ref)
+        if snapshot and not self.supports_snapshot:
+            # The runner refuses first (seed 004: a type cdkd cannot snapshot fails the
+            # resource); this keeps a direct caller from losing the data anyway.
+            raise ProviderError(
+                f"{describe(ref, physical_id)}: DeletionPolicy Snapshot cannot be honoured: "
+                f"this type has no final snapshot; the resource was not deleted"
+            )
+        try:
+            outcome = self._delete(clients, ref, physical_id, snapshot)
+        except NotFoundGone:
+            outcome = NOT_FOUND
+        except ClientError as exc:
+            if error_code(exc) in self.not_found_codes:
+                outcome = NOT_FOUND
+            else:
+                raise provider_error(ref, self.action, exc) from None
+        except BotoCoreError as exc:
+            raise ProviderError(f"{describe(ref, physical_id)}: {self.action} failed: {exc}") from None
+        log.info("%s: %s", describe(ref, physical_id), outcome)
+        return outcome
+
+    def _delete(self, clients: Clients, ref: ResourceRef, physical_id: str, snapshot: bool) -> str:
+        raise NotImplementedError

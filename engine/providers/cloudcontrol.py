@@ -1,0 +1,168 @@
+"""The Cloud Control route: `provisionedBy: cc-api` rows and every type without an SDK provider.
+
+DeleteResource(TypeName, Identifier=physical id), then GetResourceRequestStatus on its
+request token until the operation ends (reference: deploy-engine.md §5.3):
+- SUCCESS → "deleted";
+- ResourceNotFoundException from DeleteResource, or FAILED with ErrorCode NotFound →
+  "not-found";
+- FAILED (any other code) or CANCEL_COMPLETE → ProviderError with the status message and code;
+- still running at the deadline → ProviderError naming the request token (the delete may
+  still finish; a re-run then sees "not-found").
+Polling starts at `poll_interval` and grows by `backoff` up to `max_interval` (cdkd: 1 s,
+×1.5, capped at 10 s; 15 min ceiling). Throttling answers are retried with the same backoff,
+a bounded number of times, on top of the SDK's own retries.
+
+Types Cloud Control cannot handle (cdkd's block list: IAM principals, Lambda layer versions,
+bucket policies, nested stacks, wait conditions, custom resources, hosted zones) are skipped
+with a reason and no AWS call: cdkd Admin has no provider that could delete them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from engine.providers.base import (
+    DELETED,
+    NOT_FOUND,
+    Clients,
+    ProviderError,
+    ResourceRef,
+    Skip,
+    describe,
+    error_code,
+    provider_error,
+    require_physical_id,
+)
+
+log = logging.getLogger(__name__)
+
+# Types the Cloud Control API cannot provision or delete (cdkd's provider-registry list).
+NOT_CLOUD_CONTROL = frozenset(
+    {
+        "AWS::IAM::Role",
+        "AWS::IAM::Policy",
+        "AWS::IAM::User",
+        "AWS::IAM::Group",
+        "AWS::IAM::InstanceProfile",
+        "AWS::Lambda::LayerVersion",
+        "AWS::S3::BucketPolicy",
+        "AWS::CloudFormation::Stack",
+        "AWS::CloudFormation::WaitCondition",
+        "AWS::CloudFormation::WaitConditionHandle",
+        "AWS::CloudFormation::CustomResource",
+        "AWS::Route53::HostedZone",
+    }
+)
+NOTHING_IN_AWS = frozenset({"AWS::CDK::Metadata"})  # a template marker; no AWS resource behind it
+THROTTLE_CODES = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded"})
+
+
+def cloud_control_can_delete(resource_type: str) -> bool:
+    return not (resource_type in NOT_CLOUD_CONTROL or resource_type.startswith("Custom::"))
+
+
+class CloudControlProvider:
+    types: tuple[str, ...] = ()  # the fallback: not registered for any type by name
+    supports_snapshot = False  # Cloud Control cannot be told to take a final snapshot
+
+    def __init__(
+        self,
+        *,
+        poll_interval: float = 1.0,
+        backoff: float = 1.5,
+        max_interval: float = 10.0,
+        timeout: float = 900.0,
+        throttle_retries: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.poll_interval = poll_interval
+        self.backoff = backoff
+        self.max_interval = max_interval
+        self.timeout = timeout
+        self.throttle_retries = throttle_retries
+        self.sleep = sleep
+        self.clock = clock
+
+    def delete(self, clients: Clients, ref: ResourceRef, *, snapshot: bool = False) -> str:
+        if ref.resource_type in NOTHING_IN_AWS:
+            return NOT_FOUND
+        physical_id = require_physical_id(ref)
+        if not cloud_control_can_delete(ref.resource_type):
+            raise Skip(
+                f"no provider for {ref.resource_type} in cdkd Admin and Cloud Control cannot delete it: "
+                f"delete it by hand, then orphan the row"
+            )
+        if snapshot:
+            raise ProviderError(
+                f"{describe(ref, physical_id)}: DeletionPolicy Snapshot cannot be honoured on the Cloud Control "
+                f"route; the resource was not deleted"
+            )
+        cc = clients("cloudcontrol", ref.region)
+        try:
+            event = self._call(cc.delete_resource, TypeName=ref.resource_type, Identifier=physical_id)["ProgressEvent"]
+        except ClientError as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                return NOT_FOUND
+            raise provider_error(ref, "cloudcontrol:DeleteResource", exc) from None
+        except BotoCoreError as exc:
+            raise ProviderError(f"{describe(ref)}: cloudcontrol:DeleteResource failed: {exc}") from None
+        outcome = self._wait(cc, ref, event)
+        log.info("%s: %s (Cloud Control)", describe(ref), outcome)
+        return outcome
+
+    def _wait(self, cc: Any, ref: ResourceRef, event: dict) -> str:
+        token = event.get("RequestToken", "")
+        deadline = self.clock() + self.timeout
+        interval = self.poll_interval
+        while True:
+            status = event.get("OperationStatus")
+            if status == "SUCCESS":
+                return DELETED
+            if status == "FAILED":
+                code = event.get("ErrorCode")
+                if code == "NotFound":
+                    return NOT_FOUND
+                raise ProviderError(
+                    f"{describe(ref)}: Cloud Control delete FAILED ({code or 'no error code'}): "
+                    f"{event.get('StatusMessage') or 'no status message'} (request token {token})",
+                    aws_code=code,
+                )
+            if status == "CANCEL_COMPLETE":
+                raise ProviderError(
+                    f"{describe(ref)}: Cloud Control delete was cancelled (CANCEL_COMPLETE): "
+                    f"{event.get('StatusMessage') or 'no status message'} (request token {token})",
+                    aws_code=event.get("ErrorCode"),
+                )
+            if self.clock() >= deadline:
+                raise ProviderError(
+                    f"{describe(ref)}: Cloud Control delete still {status} after {self.timeout:.0f}s "
+                    f"(request token {token}); it may still finish: check it, then run the destroy again"
+                )
+            self.sleep(interval)
+            interval = min(interval * self.backoff, self.max_interval)
+            try:
+                event = self._call(cc.get_resource_request_status, RequestToken=token)["ProgressEvent"]
+            except (ClientError, BotoCoreError) as exc:
+                raise provider_error(ref, "cloudcontrol:GetResourceRequestStatus", exc) from None
+
+    def _call(self, method: Callable[..., Any], **params: Any) -> Any:
+        """`method(**params)`, retrying throttling answers with backoff."""
+        delay = self.poll_interval
+        for attempt in range(self.throttle_retries + 1):
+            try:
+                return method(**params)
+            except ClientError as exc:
+                if error_code(exc) not in THROTTLE_CODES or attempt == self.throttle_retries:
+                    raise
+            self.sleep(delay)
+            delay = min(delay * self.backoff, self.max_interval)
+        raise AssertionError("unreachable")
+
+
+PROVIDER = CloudControlProvider()

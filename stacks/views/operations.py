@@ -1,0 +1,419 @@
+"""Operations from the web: the confirmation page that previews a plan and requests it, the
+operations list (inbox, my requests, all), one operation's page with its live region, and
+the approve/reject, cancel and run-again actions.
+
+Every view checks the person's role on the operation's account itself (404 when they hold
+none, 403 when it is too low) before `stacks.operations` checks again; templates only hide
+what these checks refuse. Refusals from the pipeline (PermissionDenied, OperationRefused,
+EngineError) come back as a message on the page with a 4xx/5xx status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from engine.errors import EngineError
+from engine.operations import OperationRefused
+from stacks import operations
+from stacks.access import accounts_for, get_stack_or_404, has_role, role_on
+from stacks.audit import client_ip
+from stacks.forms import (
+    FORCEABLE_KINDS,
+    OPERATION_TABS,
+    WEB_KINDS,
+    DecisionForm,
+    OperationFilterForm,
+    OperationParamsForm,
+)
+from stacks.models import (
+    Approval,
+    Lock,
+    Operation,
+    OperationKind,
+    OperationStatus,
+    Role,
+    Stack,
+)
+from stacks.views.common import AuthedRequest, is_partial
+from stacks.views.detail import parse_stack
+
+# --- shared helpers -------------------------------------------------------------------------
+
+
+def refusal(request: HttpRequest, message: str, status: int, *, title: str = "Not done") -> HttpResponse:
+    """A page that says, in one line, why nothing was done (403 role too low, 400 bad
+    input, 409 refused by the pipeline, 502 AWS failed)."""
+    context = {"title": title, "message": message, "status": status}
+    return render(request, "stacks/operation_error.html", context, status=status)
+
+
+def awaiting_my_approval(user) -> QuerySet[Operation]:
+    """Operations waiting for this person's decision: awaiting approval on an account where
+    they are approver or admin, requested by someone else, not yet decided by them for the
+    current plan. One SQL query."""
+    decided = Approval.objects.filter(operation=OuterRef("pk"), approver=user, plan_digest=OuterRef("plan_digest"))
+    return (
+        Operation.objects.filter(
+            status=OperationStatus.AWAITING_APPROVAL, account__in=accounts_for(user, Role.APPROVER)
+        )
+        .exclude(requested_by=user)
+        .exclude(Exists(decided))
+    )
+
+
+def nav(request: HttpRequest) -> dict[str, Any]:
+    """Context processor: the nav's "awaiting my approval" count, computed (one query) only
+    when a template shows it, so polling fragments pay nothing."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"awaiting_my_approval": functools.cache(lambda: awaiting_my_approval(user).count())}
+
+
+def _get_operation_or_404(request: AuthedRequest, op_id: int) -> Operation:
+    op = get_object_or_404(Operation.objects.select_related("account", "requested_by"), pk=op_id)
+    if role_on(request.user, op.account) is None:
+        raise Http404("No such operation")
+    return op
+
+
+def _stack_for(op: Operation) -> Stack | None:
+    """The mirrored record the operation targets, if it is still there (an orphan removes it)."""
+    stacks = Stack.objects.filter(account=op.account, stack_name=op.stack_name)
+    stacks = stacks.filter(region=op.region, legacy=False) if op.region else stacks.filter(legacy=True)
+    return stacks.select_related("account").first()
+
+
+# --- presenting a plan ----------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+@dataclass
+class ChangeRow:
+    """One entry of `plan.changes`: a rewrite (`logicalId.path: before -> after`), another
+    structured change, or a plain sentence."""
+
+    text: str = ""
+    kind: str = ""
+    where: str = ""
+    before: str | None = None
+    after: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_rewrite(self) -> bool:
+        return self.before is not None or self.after is not None
+
+
+def change_rows(changes: Any) -> list[ChangeRow]:
+    rows = []
+    for change in changes if isinstance(changes, list) else []:
+        if not isinstance(change, dict):
+            rows.append(ChangeRow(text=_show(change)))
+            continue
+        rest = dict(change)
+        row = ChangeRow(kind=str(rest.pop("kind", "") or rest.pop("action", "") or ""))
+        logical_id, path = rest.pop("logicalId", None), rest.pop("path", None)
+        if logical_id is not None or path is not None:
+            row.where = ".".join(str(p) for p in (logical_id, path) if p not in (None, ""))
+        elif "key" in rest:
+            row.where = str(rest.pop("key"))
+        if "before" in rest or "after" in rest:
+            row.before = _show(rest.pop("before", None))
+            row.after = _show(rest.pop("after", None))
+        row.text = _show(rest.pop("message", rest.pop("summary", "")) or "")
+        row.extra = rest
+        rows.append(row)
+    return rows
+
+
+def _as_engine_shows(value: Any) -> str:
+    """A rewrite's value as `engine.rewrite` prints it in its `logicalId.path: a -> b` lines."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def rewrite_rows(data: Any, key: str = "rewrites") -> list[ChangeRow]:
+    """An orphan-resources plan's reference rewrites (`plan.data.rewrites`) as table rows."""
+    entries = data.get(key) if isinstance(data, dict) else None
+    rows = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        where = ".".join(str(entry[k]) for k in ("logicalId", "path") if entry.get(k) not in (None, ""))
+        if key == "rewrites":
+            before, after = _as_engine_shows(entry.get("before")), _as_engine_shows(entry.get("after"))
+            rows.append(ChangeRow(kind=str(entry.get("kind") or ""), where=where, before=before, after=after))
+        else:
+            rows.append(ChangeRow(where=where, text=f"{entry.get('reference', '')}: {entry.get('reason', '')}"))
+    return rows
+
+
+def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
+    changes = change_rows(plan.get("changes"))
+    return {
+        "plan": plan,
+        "changes": changes,
+        "structured_changes": any(c.where or c.is_rewrite for c in changes),
+        "rewrites": rewrite_rows(plan.get("data")),
+        "unresolved": rewrite_rows(plan.get("data"), "unresolved"),
+        "plan_warnings": plan.get("warnings") or [],
+    }
+
+
+# --- requesting: the confirmation page -------------------------------------------------------
+
+
+def _new_operation_context(stack: Stack, kind: str, form: OperationParamsForm, unreadable: bool) -> dict[str, Any]:
+    return {
+        "stack": stack,
+        "kind": kind,
+        "kind_label": OperationKind(kind).label,
+        "form": form,
+        "unreadable_lock": unreadable,
+        "forceable": kind in FORCEABLE_KINDS,
+        "leaves_aws_alone": kind in (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES),
+    }
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def operation_new(
+    request: AuthedRequest, account_id: str, region_slug: str, stack_name: str, kind: str
+) -> HttpResponse:
+    """GET: compute and show the plan for the parameters in the query string. POST: request
+    it (the pipeline plans again; the digest the person saw is compared with the new one)."""
+    stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
+    if kind not in WEB_KINDS:
+        raise Http404("No such operation")
+    if not has_role(request.user, stack.account, Role.OPERATOR):
+        return refusal(request, f"You need the operator role on {stack.account} to request this.", 403)
+    lock = Lock.objects.filter(stack=stack).first() if kind == OperationKind.FORCE_UNLOCK else None
+    unreadable = lock is not None and not lock.readable
+    logical_ids = [lid for lid, _row in parse_stack(stack).resource_rows()] if kind == "orphan-resources" else []
+    data = request.POST if request.method == "POST" else request.GET
+    form = OperationParamsForm(data, kind=kind, logical_ids=logical_ids, unreadable_lock=unreadable)
+    context = _new_operation_context(stack, kind, form, unreadable)
+    context["logical_ids"] = logical_ids
+    region = None if stack.legacy else stack.region
+
+    if request.method == "GET" and kind == OperationKind.ORPHAN_RESOURCES and "resources" not in request.GET:
+        return render(request, "stacks/operation_new.html", {**context, "picking": True})
+    if not form.is_valid():
+        context["picking"] = "resources" in form.errors
+        return render(request, "stacks/operation_new.html", context, status=400)
+    params = form.params()
+
+    if request.method == "POST":
+        if (unreadable or form.cleaned_data.get("unreadable_seen")) and not params.get("confirm_unreadable"):
+            form.add_error("confirm_unreadable", "Tick the second confirmation to remove a lock that cannot be read.")
+            return render(request, "stacks/operation_new.html", context, status=400)
+        try:
+            op = operations.request_operation(
+                request.user, stack.account, kind, stack.stack_name, region, params, client_address=client_ip(request)
+            )
+        except PermissionDenied as exc:
+            return refusal(request, str(exc) or "Not allowed.", 403)
+        except OperationRefused as exc:
+            return render(request, "stacks/operation_new.html", {**context, "refusal": str(exc)}, status=409)
+        except EngineError as exc:
+            return render(request, "stacks/operation_new.html", {**context, "engine_error": str(exc)}, status=502)
+        seen = form.cleaned_data.get("plan_digest")
+        if seen and seen != op.plan_digest:
+            messages.warning(request, "The record changed after the preview: the operation holds a new plan. Check it.")
+        messages.success(request, f"Requested operation #{op.pk}: {op.get_kind_display()} of {op.stack_name}.")
+        return redirect("operation", op_id=op.pk)
+
+    if unreadable:
+        # Planning only reads; the confirmation form still asks for the second tick.
+        params["confirm_unreadable"] = True
+    try:
+        plan = operations.compute_plan(
+            stack.account, kind, stack.stack_name, region, params, request.user.get_username()
+        )
+    except OperationRefused as exc:
+        return render(request, "stacks/operation_new.html", {**context, "refusal": str(exc)}, status=409)
+    except EngineError as exc:
+        return render(request, "stacks/operation_new.html", {**context, "engine_error": str(exc)}, status=502)
+    context.update(plan_context(plan.as_json()), digest=plan.digest, params=params)
+    context["unreadable_lock"] = unreadable or (
+        kind == OperationKind.FORCE_UNLOCK and plan.data.get("unreadable") is True
+    )
+    return render(request, "stacks/operation_new.html", context)
+
+
+# --- the operations list ---------------------------------------------------------------------
+
+
+@never_cache
+@require_GET
+def operation_list(request: AuthedRequest) -> HttpResponse:
+    user = request.user
+    accounts = list(accounts_for(user).order_by("name", "account_id"))
+    form = OperationFilterForm(request.GET, accounts=accounts)
+    valid = form.is_valid()
+    filters = form.cleaned_data if valid else {}
+    tab = filters.get("tab") or ("inbox" if accounts_for(user, Role.APPROVER).exists() else "mine")
+    if tab == "inbox":
+        ops = awaiting_my_approval(user)
+    elif tab == "mine":
+        ops = Operation.objects.filter(requested_by=user, account__in=accounts_for(user))
+    else:
+        ops = operations.visible_operations(user)
+    if account := filters.get("account"):
+        ops = ops.filter(account__account_id=account)
+    if kind := filters.get("kind"):
+        ops = ops.filter(kind=kind)
+    if status := filters.get("status"):
+        ops = ops.filter(status=status)
+    ops = ops.select_related("account", "requested_by").order_by("-created_at", "-pk")
+    page = Paginator(ops, settings.CDKD_PAGE_SIZE).get_page(filters.get("page"))
+    context = {"form": form, "tab": tab, "tabs": OPERATION_TABS, "page": page}
+    template = "stacks/operations.html#table" if is_partial(request) else "stacks/operations.html"
+    return render(request, template, context, status=200 if valid else 400)
+
+
+# --- one operation ---------------------------------------------------------------------------
+
+
+def _percent(progress: dict[str, Any], finished: bool) -> int | None:
+    done, total = progress.get("done"), progress.get("total")
+    if not isinstance(done, int) or not isinstance(total, int) or total <= 0:
+        return 100 if finished and progress else None
+    return max(0, min(100, int(100 * done / total)))
+
+
+def _live_context(request: AuthedRequest, op: Operation) -> dict[str, Any]:
+    """What the polling region shows: status, approvals, progress, log, result, actions."""
+    policy = operations.policy_for(op.account, op.kind)
+    approvals = list(op.approvals.select_related("approver"))
+    counting = {a.pk for a in operations.valid_approvals(op)}
+    progress = op.progress if isinstance(op.progress, dict) else {}
+    items = progress.get("items")
+    items = items if isinstance(items, dict) else {}
+    return {
+        "op": op,
+        "policy": policy,
+        "approvals": [(a, a.pk in counting) for a in approvals],
+        "approvals_counting": len(counting),
+        "progress": progress,
+        "percent": _percent(progress, op.finished),
+        "items": [
+            (item_id, v if isinstance(v, dict) else {"status": _show(v)}) for item_id, v in sorted(items.items())
+        ],
+        "log": op.log if isinstance(op.log, list) else [],
+        "result": op.result if isinstance(op.result, dict) else {},
+        "can_cancel": operations.can(request.user, op, "cancel"),
+        "can_retry": operations.can(request.user, op, "retry"),
+        "mine": op.requested_by_id == request.user.pk,
+    }
+
+
+def _operation_page(request: AuthedRequest, op: Operation, *, status: int = 200, decision_form=None) -> HttpResponse:
+    context = _live_context(request, op)
+    context.update(plan_context(op.plan if isinstance(op.plan, dict) else {}))
+    context.update(
+        stack=_stack_for(op),
+        can_decide=operations.can(request.user, op, "decide"),
+        decision_form=decision_form or DecisionForm(),
+    )
+    return render(request, "stacks/operation.html", context, status=status)
+
+
+@never_cache
+@require_GET
+def operation_detail(request: AuthedRequest, op_id: int) -> HttpResponse:
+    op = _get_operation_or_404(request, op_id)
+    if is_partial(request):
+        response = render(request, "stacks/operation.html#live", _live_context(request, op))
+        if op.finished:
+            return HttpResponseStopPolling(response.content)
+        return response
+    return _operation_page(request, op)
+
+
+def _refused_on_page(request: AuthedRequest, op: Operation, message: str, status: int, **kwargs) -> HttpResponse:
+    messages.error(request, message)
+    op.refresh_from_db()
+    return _operation_page(request, op, status=status, **kwargs)
+
+
+@require_POST
+def operation_decide(request: AuthedRequest, op_id: int) -> HttpResponse:
+    op = _get_operation_or_404(request, op_id)
+    if not has_role(request.user, op.account, Role.APPROVER):
+        return _refused_on_page(request, op, f"You need the approver role on {op.account} to decide on this.", 403)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return _refused_on_page(request, op, "Choose Approve or Reject.", 400, decision_form=form)
+    approve = form.cleaned_data["decision"] == "approve"
+    try:
+        op = operations.decide(
+            request.user, op, approve=approve, comment=form.cleaned_data["comment"], client_address=client_ip(request)
+        )
+    except PermissionDenied as exc:
+        return _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
+    except OperationRefused as exc:
+        return _refused_on_page(request, op, str(exc), 409)
+    except EngineError as exc:
+        return _refused_on_page(request, op, str(exc), 502)
+    if not approve:
+        messages.success(request, f"Rejected operation #{op.pk}.")
+    elif op.status == OperationStatus.AWAITING_APPROVAL:
+        messages.success(request, f"Approved operation #{op.pk}; it needs more approvals before it runs.")
+    else:
+        messages.success(request, f"Approved operation #{op.pk}; it is {op.get_status_display().lower()}.")
+    return redirect("operation", op_id=op.pk)
+
+
+@require_POST
+def operation_cancel(request: AuthedRequest, op_id: int) -> HttpResponse:
+    op = _get_operation_or_404(request, op_id)
+    if not has_role(request.user, op.account, Role.OPERATOR):
+        return _refused_on_page(request, op, f"You need the operator role on {op.account} to cancel this.", 403)
+    try:
+        op = operations.cancel(request.user, op, client_address=client_ip(request))
+    except PermissionDenied as exc:
+        return _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
+    except OperationRefused as exc:
+        return _refused_on_page(request, op, str(exc), 409)
+    except EngineError as exc:
+        return _refused_on_page(request, op, str(exc), 502)
+    if op.status == OperationStatus.CANCELLED:
+        messages.success(request, f"Cancelled operation #{op.pk}.")
+    else:
+        messages.success(request, f"Asked operation #{op.pk} to stop; it finishes the item it is working on.")
+    return redirect("operation", op_id=op.pk)
+
+
+@require_POST
+def operation_retry(request: AuthedRequest, op_id: int) -> HttpResponse:
+    op = _get_operation_or_404(request, op_id)
+    if not has_role(request.user, op.account, Role.APPROVER):
+        return _refused_on_page(request, op, f"You need the approver role on {op.account} to run this again.", 403)
+    try:
+        op = operations.retry(request.user, op, client_address=client_ip(request))
+    except PermissionDenied as exc:
+        return _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
+    except OperationRefused as exc:
+        return _refused_on_page(request, op, str(exc), 409)
+    except EngineError as exc:
+        return _refused_on_page(request, op, str(exc), 502)
+    messages.success(request, f"Queued operation #{op.pk} to run again.")
+    return redirect("operation", op_id=op.pk)

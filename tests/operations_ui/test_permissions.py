@@ -1,0 +1,273 @@
+"""Who may read and who may act, for every URL of the project.
+
+`RULES` classifies every named URL pattern (walked from the root resolver, so a URL added
+later without a rule fails `test_it_classifies_every_url`). For each persona of account A
+(outsider: admin of account B only; viewer; operator; approver; admin; and a superuser) a
+rule gives the expected status of a GET and of a POST (None: the method is not allowed,
+405). The Django admin and RQ's dashboard are staff-only and checked on their own.
+
+FAKE ENGINE: `compute_plan` is replaced (the confirmation page would read S3), and so are
+the S3 reads of the history pages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from engine.backend import StoredObject, VersionInfo
+from stacks import history, operations
+from stacks.models import DeploymentRun, Membership, OperationStatus, Role, SyncRun
+from tests.operations_ui.conftest import A, fake_plan, make_operation, member
+from tests.views.conftest import make_account, make_stack, make_user, record, resource_row
+
+pytestmark = pytest.mark.django_db
+
+PERSONAS = ["outsider", "viewer", "operator", "approver", "admin", "superuser"]
+STAFF_ONLY = ("admin/",)
+STACK_NAME = "zebra-stack-a"  # a name no page shows unless it shows account A's stack
+
+
+def every(status: int) -> dict[str, int]:
+    return dict.fromkeys(PERSONAS, status)
+
+
+def on_a(outsider: int, viewer: int, operator: int, approver: int, admin: int) -> dict[str, int]:
+    """Expectations on account A's objects; a superuser acts as admin everywhere."""
+    return {
+        "outsider": outsider,
+        "viewer": viewer,
+        "operator": operator,
+        "approver": approver,
+        "admin": admin,
+        "superuser": admin,
+    }
+
+
+READ_A = on_a(404, 200, 200, 200, 200)
+OPERATOR_PAGE = on_a(404, 403, 200, 200, 200)
+ADMIN_PAGE = on_a(404, 403, 403, 403, 200)
+ADMIN_ACTION = on_a(404, 403, 403, 403, 302)
+
+
+@dataclass
+class World:
+    people: dict[str, Any]
+    values: dict[str, Any]
+
+
+@dataclass
+class Rule:
+    kwargs: Callable[[World], dict[str, Any]] = lambda w: {}
+    get: dict[str, int] | None = None  # None: GET answers 405
+    post: dict[str, int] | None = None  # None: POST answers 405
+    query: str = ""
+    data: Callable[[World], dict[str, Any]] = lambda w: {}
+    lists_a: bool = False  # a page across accounts: must not show account A to outsiders
+
+
+def stack_kwargs(w: World) -> dict[str, Any]:
+    return {"account_id": A, "region_slug": "us-east-1", "stack_name": STACK_NAME}
+
+
+def op_kwargs(key: str) -> Callable[[World], dict[str, Any]]:
+    return lambda w: {"op_id": w.values[key].pk}
+
+
+def member_kwargs(w: World) -> dict[str, Any]:
+    return {"account_id": A, "membership_id": w.values["nina"].pk}
+
+
+RULES: dict[str, Rule] = {
+    "home": Rule(get=every(302), post=every(302)),
+    "login": Rule(get=every(200), post=every(200)),  # a failed login re-shows the form
+    "logout": Rule(post=every(302)),
+    "stacks": Rule(get=every(200), lists_a=True),
+    "stacks_tree": Rule(get=every(200), lists_a=True),
+    "accounts": Rule(get=every(200)),
+    # Refreshing the mirror reads S3 and changes no bucket: every role may ask for it.
+    "sync": Rule(post=on_a(404, 302, 302, 302, 302), data=lambda w: {"account": A}),
+    "sync_status": Rule(lambda w: {"run_id": w.values["sync_run"].pk}, get=READ_A),
+    "stack": Rule(stack_kwargs, get=READ_A),
+    "stack_json": Rule(stack_kwargs, get=READ_A),
+    "stack_download": Rule(stack_kwargs, get=READ_A),
+    "stack_history": Rule(stack_kwargs, get=READ_A),
+    "stack_diff": Rule(stack_kwargs, get=READ_A, query="?a=v1&b=current"),
+    "stack_version": Rule(lambda w: {**stack_kwargs(w), "version_id": "v1"}, get=READ_A),
+    "stack_resource": Rule(lambda w: {**stack_kwargs(w), "logical_id": "Queue"}, get=READ_A),
+    "operation_new": Rule(
+        lambda w: {**stack_kwargs(w), "kind": "orphan"}, get=OPERATOR_PAGE, post=on_a(404, 403, 302, 302, 302)
+    ),
+    "operations": Rule(get=every(200), query="?tab=all", lists_a=True),
+    "operation": Rule(op_kwargs("awaiting"), get=READ_A),
+    # The operator requested it: they cannot approve it, approvers and admins can.
+    "operation_decide": Rule(
+        op_kwargs("awaiting"), post=on_a(404, 403, 403, 302, 302), data=lambda w: {"decision": "approve"}
+    ),
+    "operation_cancel": Rule(op_kwargs("awaiting"), post=on_a(404, 403, 302, 302, 302)),
+    "operation_retry": Rule(op_kwargs("abandoned"), post=on_a(404, 403, 403, 302, 302)),
+    "audit": Rule(get=every(200), lists_a=True),
+    "events": Rule(get=every(200), lists_a=True),
+    "event_run": Rule(
+        lambda w: {"account_id": A, "region": "us-east-1", "stack_name": STACK_NAME, "run_id": w.values["run"].run_id},
+        get=READ_A,
+    ),
+    "account_settings": Rule(lambda w: {"account_id": A}, get=ADMIN_PAGE),
+    "account_policy": Rule(
+        lambda w: {"account_id": A},
+        post=ADMIN_ACTION,
+        data=lambda w: {"kind": "orphan", "approval_required": "on", "approvers_needed": 2, "validity_hours": 8},
+    ),
+    "account_member_add": Rule(
+        lambda w: {"account_id": A}, post=ADMIN_ACTION, data=lambda w: {"username": "newton", "role": "viewer"}
+    ),
+    "account_member_change": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"role": "operator"}),
+    "account_member_remove": Rule(member_kwargs, post=ADMIN_ACTION),
+}
+
+
+def url_patterns(patterns=None, prefix: str = "") -> list[tuple[str, str | None]]:
+    """(route, name) of every URL pattern, includes followed, staff-only apps left out."""
+    found = []
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            if not route.startswith(STAFF_ONLY):
+                found += url_patterns(pattern.url_patterns, route)
+        elif isinstance(pattern, URLPattern):
+            found.append((route, pattern.name))
+    return found
+
+
+def build_world() -> World:
+    prod = make_account(A, "prod")
+    dev = make_account("222222222222", "dev")
+    people = {
+        "outsider": member("otto", dev, Role.ADMIN),
+        "viewer": member("vera", prod, Role.VIEWER),
+        "operator": member("olivia", prod, Role.OPERATOR),
+        "approver": member("arthur", prod, Role.APPROVER),
+        "admin": member("ada", prod, Role.ADMIN),
+        "superuser": make_user("root", is_superuser=True, is_staff=True),
+    }
+    make_user("newton")
+    make_stack(prod, STACK_NAME, data=record(STACK_NAME, resources={"Queue": resource_row("AWS::SQS::Queue")}))
+    make_stack(dev, "dev-stack")
+    values = {
+        "sync_run": SyncRun.objects.create(account=prod, account_ids=[prod.pk], requested_by=people["viewer"]),
+        "awaiting": make_operation(prod, people["operator"], stack_name=STACK_NAME),
+        "abandoned": make_operation(
+            prod, people["operator"], stack_name=STACK_NAME, status=OperationStatus.FAILED, result={"abandoned": True}
+        ),
+        "nina": Membership.objects.get(user=member("nina", prod, Role.VIEWER)),
+        "run": DeploymentRun.objects.create(
+            account=prod, stack_name=STACK_NAME, region="us-east-1", run_id="20240319T080000000Z-1a2b3c4d"
+        ),
+    }
+    return World(people, values)
+
+
+@pytest.fixture
+def no_s3(monkeypatch):
+    """FAKE ENGINE: plans and the history's S3 reads come from here."""
+    monkeypatch.setattr(
+        operations,
+        "compute_plan",
+        lambda account, kind, stack, region, params, person: fake_plan(kind, stack, region, params),
+    )
+    key = f"cdkd/{STACK_NAME}/us-east-1/state.json"
+    body = json.dumps(record(STACK_NAME)).encode()
+    versions = [VersionInfo(key, "v1", datetime(2024, 3, 19, tzinfo=UTC), len(body), True, False, '"v1"')]
+    with (
+        mock.patch.object(history, "list_versions", autospec=True, return_value=versions),
+        mock.patch.object(
+            history, "get_version", autospec=True, return_value=StoredObject(key, body, '"v1"', "v1", None)
+        ),
+    ):
+        yield
+
+
+def test_it_classifies_every_url():
+    named = [name for _route, name in url_patterns()]
+    assert None not in named, "every URL pattern needs a name"
+    unclassified = set(named) - set(RULES)
+    assert not unclassified, f"classify these URLs in RULES (who may read, who may act): {sorted(unclassified)}"
+    assert not set(RULES) - set(named), "RULES names URLs that no longer exist"
+
+
+CASES = [(name, persona) for name in RULES for persona in PERSONAS]
+
+
+@pytest.mark.parametrize(("name", "persona"), CASES, ids=[f"{n}-{p}" for n, p in CASES])
+def test_it_lets_each_persona_read(name, persona, no_s3):
+    world = build_world()
+    rule = RULES[name]
+    client = Client()
+    client.force_login(world.people[persona])
+    response = client.get(reverse(name, kwargs=rule.kwargs(world)) + rule.query)
+    expected = rule.get[persona] if rule.get is not None else 405
+    assert response.status_code == expected, f"GET {name} as {persona}"
+    if rule.lists_a and persona == "outsider":
+        assert STACK_NAME.encode() not in response.content, f"{name} shows account A to an outsider"
+
+
+@pytest.mark.parametrize(("name", "persona"), CASES, ids=[f"{n}-{p}" for n, p in CASES])
+def test_it_lets_each_persona_act(name, persona, no_s3):
+    world = build_world()
+    rule = RULES[name]
+    client = Client()
+    client.force_login(world.people[persona])
+    response = client.post(reverse(name, kwargs=rule.kwargs(world)), rule.data(world))
+    expected = rule.post[persona] if rule.post is not None else 405
+    assert response.status_code == expected, f"POST {name} as {persona}"
+
+
+POSTS = [name for name, rule in RULES.items() if rule.post is not None]
+
+
+@pytest.mark.parametrize("name", POSTS)
+def test_it_needs_a_csrf_token_on_every_post(name, no_s3):
+    world = build_world()
+    rule = RULES[name]
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(world.people["superuser"])
+    response = client.post(reverse(name, kwargs=rule.kwargs(world)), rule.data(world))
+    assert response.status_code == 403, name
+    assert b"CSRF" in response.content
+
+
+def test_it_lets_no_approver_approve_their_own_request(client, no_s3):
+    world = build_world()
+    own = make_operation(world.values["awaiting"].account, world.people["approver"], stack_name=STACK_NAME)
+    client.force_login(world.people["approver"])
+    response = client.post(reverse("operation_decide", args=[own.pk]), {"decision": "approve"})
+    assert response.status_code == 403
+    own.refresh_from_db()
+    assert own.status == OperationStatus.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize("persona", [p for p in PERSONAS if p != "superuser"])
+def test_it_keeps_the_staff_only_apps_from_everyone_else(client, persona):
+    world = build_world()
+    client.force_login(world.people[persona])
+    for path in ("/admin/", "/admin/stacks/auditevent/"):
+        response = client.get(path)
+        assert response.status_code == 302 and "/admin/login/" in response.url, (persona, path)
+    before = Membership.objects.count()
+    response = client.post("/admin/stacks/membership/add/", {"role": "admin"})
+    assert response.status_code == 302 and "/admin/login/" in response.url
+    assert Membership.objects.count() == before
+
+
+def test_it_opens_the_staff_only_apps_to_staff(client):
+    world = build_world()
+    client.force_login(world.people["superuser"])
+    assert client.get("/admin/stacks/auditevent/").status_code == 200
