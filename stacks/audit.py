@@ -34,6 +34,7 @@ def record(
     result: str = "",
     error: str = "",
     client_address: str | None = None,
+    details: dict | None = None,
 ) -> AuditEvent:
     """Append one event. The account row is locked while the chain head is read and the
     event written, so two writers never chain onto the same predecessor."""
@@ -63,6 +64,7 @@ def record(
             result=result,
             error=error,
             client_address=client_address or None,
+            details=details or {},
             prev_hash=last or "",
         )
         event.hash = hashlib.sha256(event.canonical().encode()).hexdigest()

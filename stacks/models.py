@@ -436,6 +436,108 @@ class SyncRun(models.Model):
         return int(100 * self.done / self.total) if self.total else 0
 
 
+# --- secret scans -------------------------------------------------------------------------
+
+
+class ScanRun(models.Model):
+    """One secret scan (`engine.scrub.scan`) of one or more accounts, whole or limited to
+    stacks (and a region); created before it is queued. Never holds a secret value: only
+    counts, warnings (masked by the engine) and where findings are."""
+
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="scan_runs")
+    # The accounts this run covers, fixed when it is requested (pks).
+    account_ids = models.JSONField(default=list, blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # Empty: every stack of each account (a whole-account scan).
+    stacks = models.JSONField(default=list, blank=True)
+    region = models.CharField(max_length=64, blank=True, help_text="Only this region of the stacks (stack scans)")
+    history = models.BooleanField(default=True, help_text="Noncurrent versions are read too")
+    status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.QUEUED)
+    total = models.PositiveIntegerField(default=0, help_text="Accounts to scan")
+    done = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=128, blank=True)
+    objects_scanned = models.PositiveIntegerField(default=0)
+    keys = models.PositiveIntegerField(default=0)
+    secrets = models.PositiveIntegerField(default=0, help_text="Known secret values searched for")
+    finding_count = models.PositiveIntegerField(default=0)
+    warnings = models.JSONField(default=list, blank=True)
+    result = models.JSONField(default=dict, blank=True, help_text="Per account: counts, seconds, errors")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"scan #{self.pk} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (SyncStatus.SUCCEEDED, SyncStatus.PARTIAL, SyncStatus.FAILED)
+
+    @property
+    def percent(self) -> int:
+        if self.finished:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
+
+    @property
+    def scope(self) -> str:
+        if not self.stacks:
+            return "whole account" if len(self.account_ids) == 1 else f"{len(self.account_ids)} accounts"
+        names = ", ".join(self.stacks)
+        return f"{names} ({self.region})" if self.region else names
+
+
+class SecretFinding(models.Model):
+    """One place the last scan of its scope found a secret: where (key, version, JSON path)
+    and what matched (`source`), never any part of the value. A whole-account scan replaces
+    the account's findings; a stack scan replaces that stack's."""
+
+    KEY_KINDS = [
+        ("record", "State record"),
+        ("journal", "Rollback journal"),
+        ("exports-index", "Exports index"),
+        ("events", "Event stream"),
+        ("placeholder", "Custom-resource placeholder"),
+        ("other", "Other"),
+    ]
+
+    scan = models.ForeignKey(ScanRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="findings")
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="secret_findings")
+    stack_name = models.CharField(max_length=1024, blank=True, help_text="Empty: not attributable to a stack")
+    region = models.CharField(max_length=64, blank=True)
+    key = models.CharField(max_length=1024)
+    key_kind = models.CharField(max_length=16, choices=KEY_KINDS, default="other")
+    version_id = models.CharField(max_length=1024, null=True, blank=True)  # noqa: DJ001 (None = current version)
+    path = models.JSONField(default=list)
+    source = models.TextField()
+    whole = models.BooleanField(default=True, help_text="False: embedded in a longer string")
+    found_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["account", "stack_name", "region", "key", "version_id", "id"]
+        indexes = [
+            models.Index(fields=["account", "stack_name", "region"], name="finding_stack"),
+            models.Index(fields=["key_kind"], name="finding_key_kind"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} {'current' if self.version_id is None else self.version_id}: {self.source}"
+
+    @property
+    def current(self) -> bool:
+        return self.version_id is None
+
+    @property
+    def path_text(self) -> str:
+        out = ""
+        for p in self.path if isinstance(self.path, list) else []:
+            out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+        return out or "(whole object)"
+
+
 # --- operations, approvals and the audit log ------------------------------------------
 
 
@@ -594,6 +696,7 @@ class AuditEvent(models.Model):
     result = models.CharField(max_length=32, blank=True)
     error = models.TextField(blank=True)
     client_address = models.GenericIPAddressField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True, help_text="What changed, for policy and people edits")
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
 
@@ -634,7 +737,9 @@ class AuditEvent(models.Model):
                 self.result,
                 self.error,
                 self.client_address,
+                self.details,
             ],
             ensure_ascii=False,
             separators=(",", ":"),
+            sort_keys=True,
         )

@@ -19,8 +19,6 @@ from stacks.models import Account, ApprovalPolicy, Membership, OperationKind
 from stacks.views.common import AuthedRequest
 from stacks.views.operations import refusal
 
-RESULT_MAX = 32  # AuditEvent.result's length
-
 
 def _admin_account(request: AuthedRequest, account_id: str) -> Account | HttpResponse:
     """The account, or the 403 page; 404 (raised) for an account the person cannot see."""
@@ -36,7 +34,8 @@ def _record(request: AuthedRequest, action: str, account: Account, result: str) 
         actor=request.user.get_username(),
         actor_user=request.user,
         account=account,
-        result=result[:RESULT_MAX],
+        result="ok",
+        details={"change": result},
         client_address=audit.client_ip(request),
     )
 

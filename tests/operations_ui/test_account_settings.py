@@ -43,16 +43,16 @@ def test_it_saves_a_policy_and_audits_it(client, ada, prod):
     policy = ApprovalPolicy.objects.get(account=prod, kind="orphan")
     assert (policy.approval_required, policy.approvers_needed, policy.validity_hours) == (True, 2, 4)
     event = AuditEvent.objects.get(action="policy.changed")
-    assert (event.actor, event.account, event.result, event.client_address) == (
+    assert (event.actor, event.account, event.details, event.client_address) == (
         "ada",
         prod,
-        "orphan: 2x 4h",
+        {"change": "orphan: 2x 4h"},
         "10.1.1.1",
     )
     client.post(url(prod, "account_policy"), {"kind": "orphan", "approvers_needed": 1, "validity_hours": 24})
     policy.refresh_from_db()
     assert policy.approval_required is False
-    assert AuditEvent.objects.filter(action="policy.changed").first().result == "orphan: no approval"
+    assert AuditEvent.objects.filter(action="policy.changed").first().details == {"change": "orphan: no approval"}
 
 
 def test_it_refuses_a_bad_policy_with_400(client, ada, prod):
@@ -77,9 +77,7 @@ def test_it_adds_changes_and_removes_a_member(client, ada, prod):
     assert membership.role == Role.APPROVER
     client.post(url(prod, "account_member_remove", membership.pk))
     assert not Membership.objects.filter(user__username="nina").exists()
-    results = list(
-        AuditEvent.objects.filter(action="membership.changed").order_by("id").values_list("result", flat=True)
-    )
+    results = list(e.details["change"] for e in AuditEvent.objects.filter(action="membership.changed").order_by("id"))
     assert results == ["nina: none->operator", "nina: operator->approver", "nina: approver->none"]
 
 

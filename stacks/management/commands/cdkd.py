@@ -56,6 +56,7 @@ def audit_json(e) -> dict[str, Any]:
         "result": e.result,
         "error": e.error,
         "clientAddress": e.client_address,
+        "details": e.details,
         "prevHash": e.prev_hash,
         "hash": e.hash,
     }
