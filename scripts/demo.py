@@ -249,6 +249,21 @@ def main() -> None:
             if spec.explicit_bucket:
                 add += ["--bucket", spec.bucket]
             manage(env, *add)
+        # Two more people, so a request can be approved by someone other than its requester.
+        manage(
+            {**env, "DEMO_ADMIN_PASSWORD": password},
+            "shell",
+            "-c",
+            "import os\n"
+            "from django.contrib.auth import get_user_model\n"
+            "from stacks.models import Account, Membership\n"
+            "for name, role in (('olivia', 'operator'), ('arthur', 'approver')):\n"
+            "    user, _ = get_user_model().objects.get_or_create(username=name)\n"
+            "    user.set_password(os.environ['DEMO_ADMIN_PASSWORD'])\n"
+            "    user.save()\n"
+            "    for account in Account.objects.all():\n"
+            "        Membership.objects.update_or_create(user=user, account=account, defaults={'role': role})\n",
+        )
         sync = manage(env, "cdkd", "sync", "--json", check=False)
         try:
             rows = json.loads(sync.stdout)["accounts"]
@@ -283,6 +298,7 @@ def main() -> None:
         say("  web app    running (log: var/demo-web.log)")
         say()
         say(f"  Open {url}  and log in as  admin / {password}")
+        say("  (olivia, an operator, and arthur, an approver, on every account: same password)")
         say("  Ctrl-C stops the demo.")
 
         # Stay up while the children do; say so if one of them dies.
