@@ -119,6 +119,7 @@ def main() -> None:
                 "object_versions": result.objects_scanned,
                 "versions_per_second": round(result.objects_scanned / seconds, 1),
                 "records_per_second": round(result.keys / seconds, 1),
+                "match_seconds": round(result.match_seconds, 2),
                 "findings": len(result.findings),
                 "secrets_searched": result.secrets,
                 "requests": dict(proxy.snapshot()),

@@ -15,7 +15,6 @@ from django.db import connection
 from django.utils import timezone
 from rq import SimpleWorker
 
-from cdkd_site.queues import get_queue
 from engine.operations import OperationRefused
 from stacks import audit
 from stacks.models import Account, ApprovalPolicy, AuditEvent, Membership, Operation, Role
@@ -30,14 +29,6 @@ STATE_KEY = "cdkd/Shop/us-east-1/state.json"
 LOCK_KEY = "cdkd/Shop/us-east-1/lock.json"
 STALE_LOCK = {"owner": "ci@old-runner:7", "timestamp": 1000, "expiresAt": 2000, "operation": "deploy"}
 RECORD = {"version": 11, "stackName": "Shop", "region": "us-east-1", "resources": {}, "outputs": {}}
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
 
 
 @pytest.fixture

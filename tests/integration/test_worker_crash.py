@@ -13,22 +13,19 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 from rq import SimpleWorker
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, ApprovalPolicy
 from stacks.operations import reap_abandoned, request_operation, retry
 from stacks.sync import sync_account
+from tests.support.workers import ROOT, database_url, kill_tree, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 A1 = "111111111111"
 BUCKET = f"cdkd-state-{A1}"
 KEY = "cdkd/Shop/us-east-1/state.json"
@@ -49,47 +46,8 @@ RECORD = {
 }
 
 
-def database_url() -> str:
-    s = connection.settings_dict
-    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants, children first seen before any dies."""
-    pids, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        pids.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            children = (task / "children").read_text().split() if (task / "children").exists() else []
-            todo.extend(int(c) for c in children)
-    for victim in pids:
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-@pytest.fixture
-def queue():
-    if connection.vendor != "postgresql" or not settings.REDIS_URL.startswith("redis://"):
-        pytest.skip("needs PostgreSQL and a Redis server shared with a worker process (run scripts/test.sh)")
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
-
-def test_it_survives_a_killed_worker(aws, queue, django_user_model):
+def test_it_survives_a_killed_worker(aws, shared_queue, django_user_model):
+    queue = shared_queue
     aws.make_bucket(A1, BUCKET)
     aws.put(A1, BUCKET, KEY, RECORD)
     account = Account.objects.create(account_id=A1, role_arn=f"arn:aws:iam::{A1}:role/cdkd-admin")

@@ -111,6 +111,13 @@ class Command(BaseCommand):
         orphan.add_argument("--resource", action="append", default=[], help="logical id (repeatable)")
         orphan.add_argument("--force", action="store_true")
         orphan.add_argument("--yes", action="store_true", help="do it (without: print the plan only)")
+        destroy = st_sub.add_parser("destroy", help="delete a stack's AWS resources from its record (no CDK app)")
+        destroy.add_argument("stack")
+        destroy.add_argument("--account", required=True)
+        destroy.add_argument("--stack-region", required=True)
+        destroy.add_argument("--concurrency", type=int, default=8, help="deletes at once (default 8)")
+        destroy.add_argument("--yes", action="store_true")
+        destroy.add_argument("--json", action="store_true")
         restore = st_sub.add_parser("restore", help="make an earlier S3 version of the record current")
         restore.add_argument("stack")
         restore.add_argument("--account", required=True)
@@ -405,7 +412,9 @@ class Command(BaseCommand):
             raise CommandError(f"Stack {stack!r} exists in several regions ({named}): pass --stack-region")
         return regions.pop()
 
-    def _operate(self, kind: str, account: Account, stack: str, region: str | None, params: dict, yes: bool) -> None:
+    def _operate(
+        self, kind: str, account: Account, stack: str, region: str | None, params: dict, yes: bool, *, as_json=False
+    ) -> None:
         from engine.operations import OperationRefused
         from stacks.audit import cli_actor as audit_actor
         from stacks.operations import compute_plan, run_direct
@@ -415,25 +424,50 @@ class Command(BaseCommand):
             plan = compute_plan(account, kind, stack, region, params, actor)
         except OperationRefused as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"Plan ({plan.digest}): {plan.summary}")
-        for change in plan.changes:
-            self.stdout.write(f"  {change if isinstance(change, str) else json.dumps(change, ensure_ascii=False)}")
-        for warning in plan.warnings:
-            self.stdout.write(f"  warning: {warning}")
-        if not yes:
-            self.stdout.write("Nothing changed: pass --yes to do it.")
-            return
+        if as_json and not yes:
+            return self.emit({"plan": plan.as_json(), "digest": plan.digest})
+        if not as_json:
+            self.stdout.write(f"Plan ({plan.digest}): {plan.summary}")
+            for change in plan.changes:
+                self.stdout.write(f"  {change if isinstance(change, str) else json.dumps(change, ensure_ascii=False)}")
+            for warning in plan.warnings:
+                self.stdout.write(f"  warning: {warning}")
+            if not yes:
+                self.stdout.write("Nothing changed: pass --yes to do it.")
+                return
         op = run_direct(kind, account, stack, region, params, actor=actor, plan=plan)
         for entry in op.log:
             if entry.get("level") in ("warning", "error"):
                 self.stderr.write(f"{entry['level']}: {entry['message']}")
+        details = (op.result or {}).get("details") or {}
+        if as_json:
+            self.emit(
+                {
+                    "operation": op.pk,
+                    "status": op.status,
+                    "summary": (op.result or {}).get("summary", ""),
+                    "error": op.error or None,
+                    "counts": details.get("counts"),
+                    "runId": details.get("run_id"),
+                    "etagBefore": op.etag_before or None,
+                    "etagAfter": op.etag_after or None,
+                }
+            )
+        elif op.status in ("succeeded", "partial"):
+            done = "Done" if op.status == "succeeded" else "Partly done"
+            self.stdout.write(f"{done} (operation #{op.pk}): {op.result.get('summary', '')}")
         if op.status == "succeeded":
-            self.stdout.write(f"Done (operation #{op.pk}): {op.result.get('summary', '')}")
             return
         if op.status == "partial":
-            self.stdout.write(f"Partly done (operation #{op.pk}): {op.result.get('summary', '')}")
-            raise CommandError(op.error or "partly done", returncode=2)
+            raise CommandError(op.error or op.result.get("summary") or "partly done", returncode=2)
         raise CommandError(op.error or f"operation #{op.pk} {op.status}")
+
+    def do_state_destroy(self, o: dict) -> None:
+        account = self.account(o["account"])
+        if o["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        params = {"concurrency": o["concurrency"]}
+        self._operate("destroy", account, o["stack"], o["stack_region"], params, o["yes"], as_json=o["json"])
 
     def do_force_unlock(self, o: dict) -> None:
         account = self.account(o["account"])
