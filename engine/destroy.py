@@ -45,7 +45,10 @@ execute(ctx, plan) -- under `ctx.held_lock("destroy")` (each child under its own
   skipped with the reason. "Not found" counts as deleted. After each delete the trimmed
   record is written with `If-Match` on the ETag last written (outputs `{}`, imports and
   outputReads dropped, lastModified refreshed; retained, skipped and failed rows kept); a
-  failed incremental write is logged and the final write decides.
+  failed incremental write is logged and the final write decides. The writes run on one
+  serial writer thread (cdkd chains them the same way), newest snapshot first, so deletes
+  keep starting while a write is on the wire; a snapshot may lag the newest deletes (a
+  re-run then finds those "not found"), never lead them.
   Full success: `create-tokens.json` (always issued; a failure leaves the record and the
   run partial), then `state.json` (`If-Match`), then the rollback journal and its
   noncurrent versions, then this stack's entries of `{prefix}/_index/{region}/exports.json`
@@ -852,6 +855,46 @@ class _RecordWriter:
         return False
 
 
+class _BackgroundSaver:
+    """Writes the trimmed record from its own thread, always the newest snapshot, so the
+    deletes keep starting while a write is on the wire. `drain()` waits for the last one."""
+
+    def __init__(self, writer: _RecordWriter) -> None:
+        self.writer = writer
+        self._cond = threading.Condition()
+        self._pending: dict[str, Any] | None = None
+        self._busy = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="destroy-record-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, remaining: dict[str, Any]) -> None:
+        with self._cond:
+            self._pending = dict(remaining)
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                snapshot, self._pending, self._busy = self._pending, None, True
+            try:
+                self.writer.save(snapshot)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def drain(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+
 class _Run:
     """One execution: the top-level stack and, recursively, its nested children."""
 
@@ -970,6 +1013,7 @@ class _Run:
         rows: dict[str, dict[str, Any]] = {lid: row for lid, row in parsed.resource_rows() if row is not None}
         remaining = dict(parsed.data["resources"])  # what the record still lists, in stored order
         writer = _RecordWriter(self, ctx, stack, region, data["key"], parsed.data, stored.etag)
+        saver = _BackgroundSaver(writer)
         status: dict[str, str] = dict.fromkeys(rows, PENDING)
         for lid in planned:
             if lid not in rows:
@@ -1000,33 +1044,42 @@ class _Run:
                 self._fail(result, stack, lid, row, entry, RefusedDelete(entry["reason"]), 0, prefix)
         # Then the deletes, as their dependents go.
         inflight: dict[Future[Any], tuple[str, float]] = {}
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"destroy-{stack}") as pool:
-            while True:
-                if not self.stopping():
-                    for lid in order:
-                        if len(inflight) >= self.concurrency:
-                            break
-                        if status[lid] != PENDING or planned[lid]["action"] not in CALL_ACTIONS:
-                            continue
-                        if all(status[d] in RELEASES for d in dependents[lid]):
-                            status[lid] = DELETING
-                            row = rows[lid]
-                            self._event(RESOURCE_STARTED, stack, lid, row)
-                            self.progress.set(prefix + lid, DELETING, row.get("resourceType"))
-                            future = pool.submit(self._work, ctx, stack, region, lid, row, planned[lid], prefix)
-                            inflight[future] = (lid, time.monotonic())
-                if not inflight:
-                    break
-                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
-                for future in done:
-                    lid, started = inflight.pop(future)
-                    duration = int((time.monotonic() - started) * 1000)
-                    status[lid] = self._settle(
-                        future, ctx, stack, lid, rows[lid], planned[lid], result, duration, prefix
-                    )
-                    if status[lid] == DELETED:
-                        remaining.pop(lid, None)
-                        writer.save(remaining)
+        try:
+            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"destroy-{stack}") as pool:
+                while True:
+                    if not self.stopping():
+                        for lid in order:
+                            if len(inflight) >= self.concurrency:
+                                break
+                            if status[lid] != PENDING or planned[lid]["action"] not in CALL_ACTIONS:
+                                continue
+                            if all(status[d] in RELEASES for d in dependents[lid]):
+                                status[lid] = DELETING
+                                row = rows[lid]
+                                self._event(RESOURCE_STARTED, stack, lid, row)
+                                self.progress.set(prefix + lid, DELETING, row.get("resourceType"))
+                                future = pool.submit(self._work, ctx, stack, region, lid, row, planned[lid], prefix)
+                                inflight[future] = (lid, time.monotonic())
+                    if not inflight:
+                        break
+                    done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                    deleted_now = False
+                    for future in done:
+                        lid, started = inflight.pop(future)
+                        duration = int((time.monotonic() - started) * 1000)
+                        status[lid] = self._settle(
+                            future, ctx, stack, lid, rows[lid], planned[lid], result, duration, prefix
+                        )
+                        if status[lid] == DELETED:
+                            remaining.pop(lid, None)
+                            deleted_now = True
+                    if deleted_now:
+                        # Written from its own thread (newest snapshot wins): the record never
+                        # lists less than what is gone, and concurrent deletes are not held up
+                        # behind one serial write each.
+                        saver.submit(remaining)
+        finally:
+            saver.drain()
         # What never started: cancelled, or held back by a dependent that is still there.
         stopped = self.stopping()
         for lid in order:

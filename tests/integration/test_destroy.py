@@ -255,19 +255,25 @@ def test_it_destroys_in_reverse_dependency_order_writing_the_trimmed_record_afte
     assert fake.order == ["Logs", "Fn", "Sub", "Role", "Queue", "Topic"]
     assert fake.order.index("Fn") < fake.order.index("Role")
     assert fake.live == {"app-kept-bucket"}
-    # The stored record as each delete started = the original minus what was deleted before it.
+    # The stored record as each delete started: a destroy snapshot (outputs cleared, imports
+    # dropped) that still lists every resource not yet deleted. Writes run on their own
+    # serial writer (as cdkd chains them), so a snapshot may lag behind the newest deletes,
+    # never ahead of them.
     assert fake.stored_at_call[0] == original
     for i, at_call in enumerate(fake.stored_at_call[1:], start=1):
-        remaining = [lid for lid in original["resources"] if lid not in fake.order[:i]]
+        not_yet_deleted = [lid for lid in original["resources"] if lid not in fake.order[:i]]
         assert at_call is not None
-        expected = snapshot_of(original, remaining, at_call["lastModified"])
-        assert json.dumps(at_call, indent=2).encode() == expected
-        assert at_call["lastModified"] > original["lastModified"]
+        listed = [lid for lid in original["resources"] if lid in at_call["resources"]]
+        assert set(not_yet_deleted) <= set(listed), (i, listed)
+        if at_call != original:
+            assert json.dumps(at_call, indent=2).encode() == snapshot_of(original, listed, at_call["lastModified"])
+            assert at_call["lastModified"] > original["lastModified"]
     # Full success: ledger, then record (If-Match), then journal (+ all its versions), then the lock.
     assert deleted_keys[:3] == [TOKENS, STATE, JOURNAL]
     assert stored(aws) is None and stored(aws, TOKENS) is None
     assert [v.get("IsLatest") for v in versions(aws, JOURNAL)] == [True]  # only the delete marker
-    assert len(versions(aws, STATE)) == 1 + 6 + 1  # original, 6 incremental snapshots, delete marker
+    # The original, one or more incremental snapshots (never more than one per delete), the delete marker.
+    assert 3 <= len(versions(aws, STATE)) <= 1 + 6 + 1
     assert aws.etag(ACCOUNT, BUCKET, LOCK) is None
     # The exports index lost exactly this stack's entries (stack AND region), formatted as cdkd writes it.
     exports_body = aws.get(ACCOUNT, BUCKET, EXPORTS)
