@@ -442,6 +442,7 @@ class Destroy:
         supports_snapshot: Callable[[Any], bool] | None = None,
         precheck: Callable[[Any], str | None] | None = None,
         clients: Callable[[Context], Any] | None = None,
+        masker: Callable[[Context], Masker] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`delete(clients, ref, snapshot=False)` returns "deleted" | "not-found" (or an object
@@ -457,6 +458,9 @@ class Destroy:
             clients=clients or (default_clients if not injected else (lambda ctx: None)),
             defaults=not injected,
         )
+        # Error messages in events and logs are masked for the account's known secret values,
+        # read by the engine itself (never passed in through params, which are stored).
+        self.masker_for = masker or (default_masker if not injected else (lambda ctx: Masker(())))
         self.clock = clock
 
     # -- plan -------------------------------------------------------------------------------
@@ -656,7 +660,7 @@ class Destroy:
     def execute(self, ctx: Context, plan: Plan) -> Outcome:
         if ctx.region is None:
             raise OperationRefused("destroy needs a region-scoped record")
-        masker = Masker(ctx.params.get("secret_values") or ())
+        masker = self.masker_for(ctx)
         recorder = EventRecorder(
             ctx.bucket, ctx.layout, ctx.stack, ctx.region, command="destroy", mask=masker, log=ctx.log
         )
@@ -853,6 +857,17 @@ class _RecordWriter:
                 self.ctx.log("warning", f"{what} save of {self.key} failed ({exc}); the final write decides")
                 return False
         return False
+
+
+def default_masker(ctx: Context) -> Masker:
+    """A masker loaded with the account's Secrets Manager and SSM SecureString values (read
+    into memory only); without the permissions to read them, credential shapes only."""
+    from engine.secrets import collect
+
+    index = collect(ctx.bucket.session, ctx.bucket.account_id, {r for r in (ctx.region, ctx.bucket.region) if r})
+    for warning in index.warnings:
+        ctx.log("info", f"error messages are masked for credential shapes only here: {warning}")
+    return index.masker()
 
 
 class _BackgroundSaver:

@@ -73,9 +73,12 @@ class Plan:
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> Plan:
-        return cls(**{k: value.get(k) for k in ("kind", "stack", "region", "etag", "summary")},
-                   changes=value.get("changes") or [], warnings=value.get("warnings") or [],
-                   data=value.get("data") or {})
+        return cls(
+            **{k: value.get(k) for k in ("kind", "stack", "region", "etag", "summary")},
+            changes=value.get("changes") or [],
+            warnings=value.get("warnings") or [],
+            data=value.get("data") or {},
+        )
 
     @property
     def digest(self) -> str:

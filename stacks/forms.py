@@ -64,12 +64,14 @@ class SyncForm(forms.Form):
 
 # --- operations, approvals, audit, policy and people ---------------------------------------
 
-# The kinds a person can request from a stack's pages (destroy and scrub come later).
+# The kinds a person can request from a stack's pages.
 WEB_KINDS = (
     OperationKind.FORCE_UNLOCK,
     OperationKind.ORPHAN,
     OperationKind.ORPHAN_RESOURCES,
     OperationKind.RESTORE,
+    OperationKind.DESTROY,
+    OperationKind.SCRUB,
 )
 FORCEABLE_KINDS = (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES)
 
@@ -84,6 +86,12 @@ class OperationParamsForm(forms.Form):
     unreadable_seen = forms.BooleanField(required=False, widget=forms.HiddenInput)  # the preview showed one
     resources = forms.MultipleChoiceField(required=False, label="Resources to orphan")
     version_id = forms.CharField(required=False, max_length=1024)
+    # destroy: deletes at once (planned), and the stack's name typed to confirm (POST only)
+    concurrency = forms.IntegerField(required=False, min_value=1, max_value=64, label="Deletes at once")
+    confirm_name = forms.CharField(required=False, max_length=1024, label="Type the stack's name to confirm")
+    # scrub: purge history (planned) and its own confirmation (POST only)
+    purge_history = forms.BooleanField(required=False, label="Purge history")
+    confirm_purge = forms.BooleanField(required=False)
     plan_digest = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
 
     def __init__(self, data, *, kind: str, logical_ids: list[str] | None = None, unreadable_lock: bool = False):
@@ -110,7 +118,57 @@ class OperationParamsForm(forms.Form):
             return {"resources": list(data.get("resources") or []), "force": bool(data.get("force"))}
         if self.kind == OperationKind.RESTORE:
             return {"version_id": data["version_id"]}
+        if self.kind == OperationKind.DESTROY:
+            return {"concurrency": data["concurrency"]} if data.get("concurrency") else {}
+        if self.kind == OperationKind.SCRUB:
+            return {"purge_history": bool(data.get("purge_history"))}
         return {}
+
+
+class ScanForm(forms.Form):
+    """Scan one account (its 12-digit id), one stack of it (name and region), or, with no
+    account, every account on which the person is an operator."""
+
+    account = forms.RegexField(regex=r"^\d{12}$", required=False)
+    stack = forms.CharField(required=False, max_length=1024)
+    region = forms.CharField(required=False, max_length=64)
+    current_only = forms.BooleanField(required=False, label="Current versions only (skip the history)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("stack") and not data.get("account"):
+            self.add_error("account", "A stack scan names its account.")
+        return data
+
+
+FINDING_SOURCES = [
+    ("", "Any source"),
+    ("secretsmanager", "Secrets Manager"),
+    ("ssm", "SSM SecureString"),
+    ("shape", "Credential shape"),
+    ("property", "Secret-bearing property"),
+]
+FINDING_VERSIONS = [("", "Current and history"), ("current", "Current versions"), ("history", "History only")]
+
+
+class FindingFilterForm(forms.Form):
+    """The secrets page's filters; `format` exports the filtered findings."""
+
+    account = forms.ChoiceField(required=False)
+    stack = forms.CharField(required=False, max_length=1024)
+    region = forms.CharField(required=False, max_length=64)
+    version = forms.ChoiceField(required=False, choices=FINDING_VERSIONS)
+    source = forms.ChoiceField(required=False, choices=FINDING_SOURCES)
+    key_kind = forms.ChoiceField(required=False, label="Where")
+    format = forms.ChoiceField(required=False, choices=[("", "page"), ("csv", "CSV"), ("json", "JSON")])
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def __init__(self, data, *, accounts):
+        from stacks.models import SecretFinding
+
+        super().__init__(data)
+        self.fields["account"].choices = [("", "All accounts")] + [(a.account_id, a.label) for a in accounts]
+        self.fields["key_kind"].choices = [("", "Anywhere"), *SecretFinding.KEY_KINDS]
 
 
 class DecisionForm(forms.Form):

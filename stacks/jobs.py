@@ -21,6 +21,13 @@ def run_sync(sync_run_id: int) -> None:
     execute_sync_run(sync_run_id)
 
 
+def run_scan(scan_run_id: int) -> None:
+    """A secret scan; its only argument is the ScanRun id (never a value)."""
+    from stacks.scans import execute_scan_run
+
+    execute_scan_run(scan_run_id)
+
+
 def scheduled_sync() -> None:
     """Sync every account, then book the next run. The booking lives in Redis, so the
     schedule survives worker restarts."""

@@ -409,6 +409,8 @@ def _execute(op: Operation) -> Operation:
         error=error,
     )
     _resync(op)
+    if op.kind == "scrub":
+        _rescan(op)
     return op
 
 
@@ -419,6 +421,16 @@ def _resync(op: Operation) -> None:
         sync_account(op.account, actor=f"op-{op.pk}")
     except Exception:  # the operation's result stands; the next sync catches up
         logger.exception("re-sync after operation %s failed", op.pk)
+
+
+def _rescan(op: Operation) -> None:
+    """After a scrub, scan the stack again so its findings show what is left."""
+    from stacks.scans import queue_stack_rescan
+
+    try:
+        queue_stack_rescan(op.account, op.stack_name, op.region)
+    except Exception:  # the scrub's result stands; a scan from the page catches up
+        logger.exception("re-scan after operation %s could not be queued", op.pk)
 
 
 def run_direct(

@@ -51,6 +51,9 @@ urlpatterns = [
     path("operations/", views.operation_list, name="operations"),
     path("operations/<int:op_id>/", include(operation_patterns)),
     path("audit/", views.audit_log, name="audit"),
+    path("secrets/", views.secret_findings, name="secrets"),
+    path("secrets/scan/", views.scan_start, name="scan"),
+    path("secrets/scans/<int:run_id>/", views.scan_status, name="scan_status"),
     path("events/", views.event_timeline, name="events"),
     # A run id is one key segment (no "/"); cdkd's are `20260613T012345678Z-1a2b3c4d`.
     path("events/<str:account_id>/<str:region>/<str:stack_name>/<str:run_id>/", views.event_run, name="event_run"),

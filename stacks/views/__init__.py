@@ -20,6 +20,7 @@ from stacks.views.people import (
     account_policy,
     account_settings,
 )
+from stacks.views.secrets import scan_start, scan_status, secret_findings
 
 __all__ = [
     "account_list",
@@ -37,6 +38,9 @@ __all__ = [
     "operation_list",
     "operation_new",
     "operation_retry",
+    "scan_start",
+    "scan_status",
+    "secret_findings",
     "stack_detail",
     "stack_diff",
     "stack_download",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from django.core.paginator import Paginator
+from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils.http import content_disposition_header
@@ -14,15 +15,17 @@ from django.views.decorators.http import require_GET
 from engine.schema import ParsedRecord, parse_state
 from stacks.access import get_stack_or_404, has_role
 from stacks.forms import ResourceFilterForm
-from stacks.models import Lock, Role, Stack, now_ms
+from stacks.models import Lock, Role, SecretFinding, Stack, now_ms
+from stacks.secretmask import masked_body
 from stacks.views import present
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.events import stack_runs
 
 
 def parse_stack(stack: Stack) -> ParsedRecord:
-    """The mirrored body, parsed. A legacy key names no region, so only the key's region counts."""
-    return parse_state(bytes(stack.body), key_region=None if stack.legacy else stack.region)
+    """The mirrored body, parsed, with what the secret scan flagged masked. A legacy key
+    names no region, so only the key's region counts."""
+    return parse_state(masked_body(stack, bytes(stack.body)), key_region=None if stack.legacy else stack.region)
 
 
 def _load(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> Stack:
@@ -65,8 +68,18 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
         children=stack.children.select_related("account").order_by("stack_name", "region"),
         can_operate=has_role(request.user, stack.account, Role.OPERATOR),
         runs=stack_runs(stack),
+        secrets=secret_counts(stack),
     )
     return render(request, "stacks/stack.html", context)
+
+
+def secret_counts(stack: Stack) -> dict[str, int]:
+    """The stack's findings from the last scan that covered it: current and history."""
+    return SecretFinding.objects.filter(
+        account=stack.account, stack_name=stack.stack_name, region=stack.region or ""
+    ).aggregate(
+        current=Count("pk", filter=Q(version_id__isnull=True)), history=Count("pk", filter=Q(version_id__isnull=False))
+    )
 
 
 @require_GET

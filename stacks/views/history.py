@@ -19,6 +19,7 @@ from stacks import diff, history
 from stacks.access import get_stack_or_404, has_role
 from stacks.forms import DiffForm
 from stacks.models import Role
+from stacks.secretmask import masked_body
 from stacks.views import present
 from stacks.views.common import AuthedRequest, actor, engine_error
 from stacks.views.detail import parse_stack
@@ -55,11 +56,12 @@ def stack_version(
         stored = history.get_version(stack, version_id, actor=actor(request))
     except EngineError as exc:
         return engine_error(request, stack, exc, doing=f"Reading version {version_id}")
-    parsed = parse_state(stored.body, key_region=None if stack.legacy else stack.region)
+    body = masked_body(stack, stored.body, stored.version_id or version_id)
+    parsed = parse_state(body, key_region=None if stack.legacy else stack.region)
     if parsed.data is not None:
         text = json.dumps(parsed.data, indent=2, ensure_ascii=False)
     else:
-        text = stored.body.decode("utf-8", errors="replace")
+        text = body.decode("utf-8", errors="replace")
     context = {
         "stack": stack,
         "stored": stored,
@@ -91,7 +93,8 @@ def stack_diff(request: AuthedRequest, account_id: str, region_slug: str, stack_
             stored = history.get_version(stack, version_id, actor=actor(request))
         except EngineError as exc:
             return engine_error(request, stack, exc, doing=f"Reading version {version_id}")
-        sides[side] = parse_state(stored.body, key_region=None if stack.legacy else stack.region)
+        body = masked_body(stack, stored.body, stored.version_id or version_id)
+        sides[side] = parse_state(body, key_region=None if stack.legacy else stack.region)
     context = {
         "stack": stack,
         "form": form,

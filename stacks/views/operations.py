@@ -165,15 +165,68 @@ def rewrite_rows(data: Any, key: str = "rewrites") -> list[ChangeRow]:
     return rows
 
 
+def destroy_rows(data: Any, depth: int = 0) -> list[dict[str, Any]]:
+    """A destroy plan's rows (`plan.data`), in deletion order, each nested child's rows
+    right below its parent's row, indented by `depth`."""
+    if not isinstance(data, dict) or depth > 20:
+        return []
+    planned = data.get("rows") if isinstance(data.get("rows"), dict) else {}
+    order = data.get("order") if isinstance(data.get("order"), list) else list(planned)
+    rows: list[dict[str, Any]] = []
+    for lid in order:
+        entry = planned.get(lid) if isinstance(lid, str) else None
+        if not isinstance(entry, dict):
+            continue
+        rows.append(
+            {
+                "depth": depth,
+                "indent": depth * 1.5,
+                "stack": data.get("stack") or "",
+                "logical_id": lid,
+                "action": str(entry.get("action") or ""),
+                "resource_type": entry.get("resourceType") or "",
+                "physical_id": entry.get("physicalId") or "",
+                "deletion_policy": entry.get("deletionPolicy") or "",
+                "reason": entry.get("reason") or "",
+                "child": entry.get("childStack") or "",
+            }
+        )
+        rows += destroy_rows(entry.get("child"), depth + 1)
+    return rows
+
+
+def _path_text(path: Any) -> str:
+    out = ""
+    for p in path if isinstance(path, list) else []:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def scrub_rows(data: Any) -> list[dict[str, Any]]:
+    """A scrub plan's rewrites of the current record: where, what it becomes (`***` or the
+    reference a deploy resolves again) and what matched. The plan holds no value."""
+    entries = data.get("rewrites") if isinstance(data, dict) else None
+    key = data.get("key", "") if isinstance(data, dict) else ""
+    return [
+        {"key": key, "path": _path_text(e.get("path")), "to": _show(e.get("to")), "source": _show(e.get("source"))}
+        for e in (entries if isinstance(entries, list) else [])
+        if isinstance(e, dict)
+    ]
+
+
 def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
     changes = change_rows(plan.get("changes"))
     return {
         "plan": plan,
         "changes": changes,
         "structured_changes": any(c.where or c.is_rewrite for c in changes),
-        "rewrites": rewrite_rows(plan.get("data")),
+        # orphan-resources' reference rewrites; scrub's `data.rewrites` are its own shape
+        "rewrites": [] if plan.get("kind") == OperationKind.SCRUB else rewrite_rows(plan.get("data")),
         "unresolved": rewrite_rows(plan.get("data"), "unresolved"),
         "plan_warnings": plan.get("warnings") or [],
+        "scrub_rows": scrub_rows(plan.get("data")) if plan.get("kind") == OperationKind.SCRUB else [],
+        "destroy_rows": destroy_rows(plan.get("data")) if plan.get("kind") == OperationKind.DESTROY else [],
+        "is_scrub": plan.get("kind") == OperationKind.SCRUB,
     }
 
 
@@ -189,7 +242,21 @@ def _new_operation_context(stack: Stack, kind: str, form: OperationParamsForm, u
         "unreadable_lock": unreadable,
         "forceable": kind in FORCEABLE_KINDS,
         "leaves_aws_alone": kind in (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES),
+        "is_destroy": kind == OperationKind.DESTROY,
+        "is_scrub": kind == OperationKind.SCRUB,
     }
+
+
+def _missing_confirmation(kind: str, stack: Stack, form: OperationParamsForm, params: dict[str, Any]) -> bool:
+    """Destroy needs the stack's name typed; a scrub that purges history its own tick.
+    Adds the error to the form and returns True when one is missing."""
+    if kind == OperationKind.DESTROY and (form.cleaned_data.get("confirm_name") or "") != stack.stack_name:
+        form.add_error("confirm_name", f"Type the stack's name ({stack.stack_name}) exactly to confirm the destroy.")
+        return True
+    if kind == OperationKind.SCRUB and params.get("purge_history") and not form.cleaned_data.get("confirm_purge"):
+        form.add_error("confirm_purge", "Tick the purge confirmation: deleting old versions cannot be undone.")
+        return True
+    return False
 
 
 @never_cache
@@ -219,8 +286,11 @@ def operation_new(
         context["picking"] = "resources" in form.errors
         return render(request, "stacks/operation_new.html", context, status=400)
     params = form.params()
+    status = 200
 
-    if request.method == "POST":
+    if request.method == "POST" and _missing_confirmation(kind, stack, form, params):
+        status = 400  # show the plan again, with the error
+    elif request.method == "POST":
         if (unreadable or form.cleaned_data.get("unreadable_seen")) and not params.get("confirm_unreadable"):
             form.add_error("confirm_unreadable", "Tick the second confirmation to remove a lock that cannot be read.")
             return render(request, "stacks/operation_new.html", context, status=400)
@@ -255,7 +325,7 @@ def operation_new(
     context["unreadable_lock"] = unreadable or (
         kind == OperationKind.FORCE_UNLOCK and plan.data.get("unreadable") is True
     )
-    return render(request, "stacks/operation_new.html", context)
+    return render(request, "stacks/operation_new.html", context, status=status)
 
 
 # --- the operations list ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from engine.backend import StoredObject, VersionInfo
 from stacks import history, operations
-from stacks.models import DeploymentRun, Membership, OperationStatus, Role, SyncRun
+from stacks.models import DeploymentRun, Membership, OperationStatus, Role, ScanRun, SecretFinding, SyncRun
 from tests.operations_ui.conftest import A, fake_plan, make_operation, member
 from tests.views.conftest import make_account, make_stack, make_user, record, resource_row
 
@@ -115,6 +115,11 @@ RULES: dict[str, Rule] = {
     "operation_cancel": Rule(op_kwargs("awaiting"), post=on_a(404, 403, 302, 302, 302)),
     "operation_retry": Rule(op_kwargs("abandoned"), post=on_a(404, 403, 403, 302, 302)),
     "audit": Rule(get=every(200), lists_a=True),
+    # Findings say where a secret is, never its value: every role reads them; scanning reads
+    # the secrets' values (in the worker), so it takes an operator.
+    "secrets": Rule(get=every(200), lists_a=True),
+    "scan": Rule(post=on_a(404, 403, 302, 302, 302), data=lambda w: {"account": A}),
+    "scan_status": Rule(lambda w: {"run_id": w.values["scan_run"].pk}, get=READ_A),
     "events": Rule(get=every(200), lists_a=True),
     "event_run": Rule(
         lambda w: {"account_id": A, "region": "us-east-1", "stack_name": STACK_NAME, "run_id": w.values["run"].run_id},
@@ -161,8 +166,18 @@ def build_world() -> World:
     make_user("newton")
     make_stack(prod, STACK_NAME, data=record(STACK_NAME, resources={"Queue": resource_row("AWS::SQS::Queue")}))
     make_stack(dev, "dev-stack")
+    SecretFinding.objects.create(
+        account=prod,
+        stack_name=STACK_NAME,
+        region="us-east-1",
+        key=f"cdkd/{STACK_NAME}/us-east-1/state.json",
+        key_kind="record",
+        path=["outputs", "Password"],
+        source="Secrets Manager secret prod/db, key password",
+    )
     values = {
         "sync_run": SyncRun.objects.create(account=prod, account_ids=[prod.pk], requested_by=people["viewer"]),
+        "scan_run": ScanRun.objects.create(account=prod, account_ids=[prod.pk], requested_by=people["operator"]),
         "awaiting": make_operation(prod, people["operator"], stack_name=STACK_NAME),
         "abandoned": make_operation(
             prod, people["operator"], stack_name=STACK_NAME, status=OperationStatus.FAILED, result={"abandoned": True}
