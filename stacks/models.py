@@ -402,28 +402,25 @@ class SyncStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-class SyncRun(models.Model):
-    """One sync of one account or of all of them; created before it is queued."""
+class BackgroundRun(models.Model):
+    """A read-only background job over one or more accounts (a sync, a scan): created
+    before it is queued, claimed once by the worker, with progress for a polling page."""
 
-    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="sync_runs")
-    # The accounts this run covers, fixed when it is requested (the requester's visible ones).
+    # The accounts this run covers, fixed when it is requested (pks).
     account_ids = models.JSONField(default=list, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    trigger = models.CharField(max_length=16, default="ui", help_text="ui, schedule or command")
     status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.QUEUED)
-    total = models.PositiveIntegerField(default=0, help_text="Records to download, once the listing is done")
+    total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
-    phase = models.CharField(max_length=64, blank=True)
+    phase = models.CharField(max_length=128, blank=True)
     result = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        abstract = True
         ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"sync #{self.pk} ({self.status})"
 
     @property
     def finished(self) -> bool:
@@ -434,53 +431,46 @@ class SyncRun(models.Model):
         if self.finished:
             return 100
         return int(100 * self.done / self.total) if self.total else 0
+
+
+class SyncRun(BackgroundRun):
+    """One sync of one account or of all of them (the requester's visible ones); `total`
+    counts the records to download once the listing is done."""
+
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="sync_runs")
+    trigger = models.CharField(max_length=16, default="ui", help_text="ui, schedule or command")
+
+    class Meta(BackgroundRun.Meta):
+        pass
+
+    def __str__(self) -> str:
+        return f"sync #{self.pk} ({self.status})"
 
 
 # --- secret scans -------------------------------------------------------------------------
 
 
-class ScanRun(models.Model):
+class ScanRun(BackgroundRun):
     """One secret scan (`engine.scrub.scan`) of one or more accounts, whole or limited to
-    stacks (and a region); created before it is queued. Never holds a secret value: only
+    stacks (and a region); `total` counts accounts. Never holds a secret value: only
     counts, warnings (masked by the engine) and where findings are."""
 
     account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="scan_runs")
-    # The accounts this run covers, fixed when it is requested (pks).
-    account_ids = models.JSONField(default=list, blank=True)
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     # Empty: every stack of each account (a whole-account scan).
     stacks = models.JSONField(default=list, blank=True)
     region = models.CharField(max_length=64, blank=True, help_text="Only this region of the stacks (stack scans)")
     history = models.BooleanField(default=True, help_text="Noncurrent versions are read too")
-    status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.QUEUED)
-    total = models.PositiveIntegerField(default=0, help_text="Accounts to scan")
-    done = models.PositiveIntegerField(default=0)
-    phase = models.CharField(max_length=128, blank=True)
     objects_scanned = models.PositiveIntegerField(default=0)
     keys = models.PositiveIntegerField(default=0)
     secrets = models.PositiveIntegerField(default=0, help_text="Known secret values searched for")
     finding_count = models.PositiveIntegerField(default=0)
     warnings = models.JSONField(default=list, blank=True)
-    result = models.JSONField(default=dict, blank=True, help_text="Per account: counts, seconds, errors")
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(BackgroundRun.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"scan #{self.pk} ({self.status})"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in (SyncStatus.SUCCEEDED, SyncStatus.PARTIAL, SyncStatus.FAILED)
-
-    @property
-    def percent(self) -> int:
-        if self.finished:
-            return 100
-        return int(100 * self.done / self.total) if self.total else 0
 
     @property
     def scope(self) -> str:

@@ -5,15 +5,11 @@ An account's admin can check its hash chain from here."""
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator
-
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
-from django.utils.http import content_disposition_header
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -23,6 +19,7 @@ from stacks.forms import AuditFilterForm
 from stacks.management.commands.cdkd import audit_json
 from stacks.models import AuditEvent, Role
 from stacks.views.common import AuthedRequest, is_partial
+from stacks.views.exports import csv_download, json_download
 from stacks.views.operations import refusal
 
 # The columns of the CSV export: the keys of `audit_json`, in its order.
@@ -68,28 +65,11 @@ def filter_events(events: QuerySet[AuditEvent], filters: dict) -> QuerySet[Audit
     return events.order_by("-id")
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv_rows(events: QuerySet[AuditEvent]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(EXPORT_FIELDS)
-    for event in events.iterator(chunk_size=500):
-        row = audit_json(event)
-        yield writer.writerow(["" if row[k] is None else row[k] for k in EXPORT_FIELDS])
-
-
 def _export(events: QuerySet[AuditEvent], fmt: str) -> HttpResponse | StreamingHttpResponse:
+    rows = (audit_json(e) for e in events.iterator(chunk_size=500))
     if fmt == "csv":
-        response: HttpResponse | StreamingHttpResponse = StreamingHttpResponse(
-            _csv_rows(events), content_type="text/csv; charset=utf-8"
-        )
-    else:
-        response = JsonResponse([audit_json(e) for e in events.iterator(chunk_size=500)], safe=False)
-    response["Content-Disposition"] = content_disposition_header(True, f"cdkd-audit.{fmt}")
-    return response
+        return csv_download(rows, EXPORT_FIELDS, "cdkd-audit")
+    return json_download(list(rows), "cdkd-audit")
 
 
 @never_cache

@@ -7,17 +7,15 @@ listed. The number of queries does not depend on the number of runs or events.""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
-from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils.http import content_disposition_header
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -26,6 +24,7 @@ from stacks.access import accounts_for, get_account_or_404
 from stacks.forms import EventFilterForm
 from stacks.models import AuditEvent, DeploymentEvent, DeploymentRun, Stack
 from stacks.views.common import AuthedRequest, is_partial
+from stacks.views.exports import csv_download, json_download
 
 # The columns of the timeline's CSV export: the keys of `run_json`, in its order.
 RUN_EXPORT_FIELDS = [
@@ -122,35 +121,10 @@ def run_json(run: DeploymentRun) -> dict[str, Any]:
     }
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv(rows: Iterator[dict[str, Any]], fields: list[str]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(fields)
-    for row in rows:
-        yield writer.writerow(["" if row.get(k) is None else _cell(row.get(k)) for k in fields])
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, dict | list):
-        import json
-
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return value
-
-
 def _download(rows: Iterator[dict[str, Any]], fmt: str, fields: list[str], filename: str):
     if fmt == "csv":
-        response: HttpResponse | StreamingHttpResponse = StreamingHttpResponse(
-            _csv(rows, fields), content_type="text/csv; charset=utf-8"
-        )
-    else:
-        response = JsonResponse(list(rows), safe=False, json_dumps_params={"ensure_ascii": False})
-    response["Content-Disposition"] = content_disposition_header(True, f"{filename}.{fmt}")
-    return response
+        return csv_download(rows, fields, filename)
+    return json_download(list(rows), filename)
 
 
 @never_cache

@@ -424,6 +424,19 @@ def _refused_on_page(request: AuthedRequest, op: Operation, message: str, status
     return _operation_page(request, op, status=status, **kwargs)
 
 
+def _attempt(request: AuthedRequest, op: Operation, action) -> tuple[Operation | None, HttpResponse | None]:
+    """Run one pipeline action; a refusal becomes the operation page with its message and
+    the status that says why (403 not allowed, 409 not now, 502 AWS)."""
+    try:
+        return action(), None
+    except PermissionDenied as exc:
+        return None, _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
+    except OperationRefused as exc:
+        return None, _refused_on_page(request, op, str(exc), 409)
+    except EngineError as exc:
+        return None, _refused_on_page(request, op, str(exc), 502)
+
+
 @require_POST
 def operation_decide(request: AuthedRequest, op_id: int) -> HttpResponse:
     op = _get_operation_or_404(request, op_id)
@@ -433,16 +446,16 @@ def operation_decide(request: AuthedRequest, op_id: int) -> HttpResponse:
     if not form.is_valid():
         return _refused_on_page(request, op, "Choose Approve or Reject.", 400, decision_form=form)
     approve = form.cleaned_data["decision"] == "approve"
-    try:
-        op = operations.decide(
-            request.user, op, approve=approve, comment=form.cleaned_data["comment"], client_address=client_ip(request)
-        )
-    except PermissionDenied as exc:
-        return _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
-    except OperationRefused as exc:
-        return _refused_on_page(request, op, str(exc), 409)
-    except EngineError as exc:
-        return _refused_on_page(request, op, str(exc), 502)
+    comment = form.cleaned_data["comment"]
+    op, refused = _attempt(
+        request,
+        op,
+        lambda: operations.decide(
+            request.user, op, approve=approve, comment=comment, client_address=client_ip(request)
+        ),
+    )
+    if refused:
+        return refused
     if not approve:
         messages.success(request, f"Rejected operation #{op.pk}.")
     elif op.status == OperationStatus.AWAITING_APPROVAL:
@@ -457,14 +470,9 @@ def operation_cancel(request: AuthedRequest, op_id: int) -> HttpResponse:
     op = _get_operation_or_404(request, op_id)
     if not has_role(request.user, op.account, Role.OPERATOR):
         return _refused_on_page(request, op, f"You need the operator role on {op.account} to cancel this.", 403)
-    try:
-        op = operations.cancel(request.user, op, client_address=client_ip(request))
-    except PermissionDenied as exc:
-        return _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
-    except OperationRefused as exc:
-        return _refused_on_page(request, op, str(exc), 409)
-    except EngineError as exc:
-        return _refused_on_page(request, op, str(exc), 502)
+    op, refused = _attempt(request, op, lambda: operations.cancel(request.user, op, client_address=client_ip(request)))
+    if refused:
+        return refused
     if op.status == OperationStatus.CANCELLED:
         messages.success(request, f"Cancelled operation #{op.pk}.")
     else:
@@ -477,13 +485,8 @@ def operation_retry(request: AuthedRequest, op_id: int) -> HttpResponse:
     op = _get_operation_or_404(request, op_id)
     if not has_role(request.user, op.account, Role.APPROVER):
         return _refused_on_page(request, op, f"You need the approver role on {op.account} to run this again.", 403)
-    try:
-        op = operations.retry(request.user, op, client_address=client_ip(request))
-    except PermissionDenied as exc:
-        return _refused_on_page(request, op, str(exc) or "Not allowed.", 403)
-    except OperationRefused as exc:
-        return _refused_on_page(request, op, str(exc), 409)
-    except EngineError as exc:
-        return _refused_on_page(request, op, str(exc), 502)
+    op, refused = _attempt(request, op, lambda: operations.retry(request.user, op, client_address=client_ip(request)))
+    if refused:
+        return refused
     messages.success(request, f"Queued operation #{op.pk} to run again.")
     return redirect("operation", op_id=op.pk)

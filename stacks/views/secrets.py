@@ -8,8 +8,6 @@ worker, so it needs the operator role (`stacks.scans.request_scan` checks again)
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -17,10 +15,9 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
-from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.http import content_disposition_header
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -31,6 +28,7 @@ from stacks.audit import client_ip
 from stacks.forms import FindingFilterForm, ScanForm
 from stacks.models import Account, Role, ScanRun, SecretFinding, Stack, SyncStatus
 from stacks.views.common import AuthedRequest, is_partial
+from stacks.views.exports import csv_download, json_download
 from stacks.views.operations import refusal
 
 # What each `source` filter matches in a finding's `source` text (engine.secrets' labels).
@@ -81,30 +79,13 @@ def finding_json(finding: SecretFinding) -> dict[str, Any]:
     }
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv_rows(findings: QuerySet[SecretFinding]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(EXPORT_FIELDS)
-    for finding in findings.iterator(chunk_size=500):
-        row = finding_json(finding)
-        row["path"] = finding.path_text
-        yield writer.writerow(["" if row[k] is None else row[k] for k in EXPORT_FIELDS])
-
-
 def _export(findings: QuerySet[SecretFinding], fmt: str) -> HttpResponse | StreamingHttpResponse:
     if fmt == "csv":
-        response: HttpResponse | StreamingHttpResponse = StreamingHttpResponse(
-            _csv_rows(findings), content_type="text/csv; charset=utf-8"
-        )
-    else:
-        rows = [finding_json(f) for f in findings.iterator(chunk_size=500)]
-        response = JsonResponse({"findings": rows})
-    response["Content-Disposition"] = content_disposition_header(True, f"cdkd-secret-findings.{fmt}")
-    return response
+        rows = ({**finding_json(f), "path": f.path_text} for f in findings.iterator(chunk_size=500))
+        return csv_download(rows, EXPORT_FIELDS, "cdkd-secret-findings")
+    return json_download(
+        {"findings": [finding_json(f) for f in findings.iterator(chunk_size=500)]}, "cdkd-secret-findings"
+    )
 
 
 def _links(findings: list[SecretFinding]) -> list[tuple[SecretFinding, Stack | None, str]]:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import threading
 from datetime import timedelta
 
@@ -21,7 +18,7 @@ from engine import events
 from stacks.models import Account, ApprovalPolicy, AuditEvent
 from stacks.operations import reap_abandoned, request_operation, retry
 from stacks.sync import sync_account
-from tests.support.workers import ROOT, database_url, kill_tree, wait_for
+from tests.support.workers import kill_tree, wait_for, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -165,29 +162,10 @@ def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, dja
     op = request_operation(root, account, "destroy", "App", "us-east-1", {"concurrency": 1})
 
     aws.proxy.latency = 0.4
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "AWS_ENDPOINT_URL": aws.endpoint,
-        "CDKD_LOCK_TTL_SECONDS": "4",
-        "CDKD_SYNC_INTERVAL": "0",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "manage.py", "rqworker", "default", "--burst"],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with worker_process(aws.endpoint) as worker:
         wait_for(lambda: len(existing_queues(aws)) <= 3, timeout=60, what="half of the queues to be deleted")
         kill_tree(worker.pid)
         worker.wait(timeout=10)
-    finally:
-        if worker.poll() is None:
-            kill_tree(worker.pid)
     aws.proxy.latency = 0.0
 
     # No row lost: every queue that still exists is still in the record.

@@ -7,10 +7,6 @@ CI provide both; with the SQLite/fakeredis fallback this test is skipped, saying
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -22,7 +18,7 @@ from rq import SimpleWorker
 from stacks.models import Account, ApprovalPolicy
 from stacks.operations import reap_abandoned, request_operation, retry
 from stacks.sync import sync_account
-from tests.support.workers import ROOT, database_url, kill_tree, wait_for
+from tests.support.workers import kill_tree, wait_for, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -58,29 +54,10 @@ def test_it_survives_a_killed_worker(aws, shared_queue, django_user_model):
     assert op.status == "queued"
 
     aws.proxy.latency = 1.0  # every S3 call now takes a second: the kill lands mid-operation
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "AWS_ENDPOINT_URL": aws.endpoint,
-        "CDKD_LOCK_TTL_SECONDS": "4",
-        "CDKD_SYNC_INTERVAL": "0",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "manage.py", "rqworker", "default", "--burst"],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with worker_process(aws.endpoint) as worker:
         wait_for(lambda: aws.etag(A1, BUCKET, LOCK_KEY) is not None, what="the worker to take the lock")
         kill_tree(worker.pid)  # the worker and its work-horse (which runs in its own session)
         worker.wait(timeout=10)
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
     aws.proxy.latency = 0.0
 
     op.refresh_from_db()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.db import connection
@@ -41,3 +45,35 @@ def kill_tree(pid: int) -> None:
             os.kill(victim, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@contextmanager
+def worker_process(endpoint: str, **env: str) -> Iterator[subprocess.Popen]:
+    """A real `rqworker` process on the default queue, sharing this test's database and
+    Redis and reaching AWS through `endpoint`; SIGKILLed (with its work-horse) on exit
+    if it is still there. Locks get a 4 s TTL so a killed run's lock lapses quickly."""
+    from django.conf import settings
+
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "AWS_ENDPOINT_URL": endpoint,
+        "CDKD_LOCK_TTL_SECONDS": "4",
+        "CDKD_SYNC_INTERVAL": "0",
+        **env,
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "rqworker", "default", "--burst"],
+        cwd=ROOT,
+        env=environment,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield worker
+    finally:
+        if worker.poll() is None:
+            kill_tree(worker.pid)
+        worker.wait(timeout=10)
