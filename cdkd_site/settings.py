@@ -161,6 +161,8 @@ CDKD_SYNC_ACCOUNT_CONCURRENCY = envint("CDKD_SYNC_ACCOUNT_CONCURRENCY", "4", min
 # The region cdkd would use as its CLI region (legacy bucket names carry it).
 CDKD_DEFAULT_REGION = os.environ.get("CDKD_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
 CDKD_PAGE_SIZE = envint("CDKD_PAGE_SIZE", "50", minimum=1)
+# How long a sync trusts the bucket name and region an earlier sync resolved.
+CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 # A running operation whose worker wrote no heartbeat for this long is marked abandoned.
 CDKD_OPERATION_ABANDON_SECONDS = envint("CDKD_OPERATION_ABANDON_SECONDS", "90", minimum=1)
 # The TTL of the cdkd locks operations take (cdkd's own is 30 minutes); renewed every TTL/4.

@@ -70,6 +70,7 @@ class Account(models.Model):
     bucket_region = models.CharField(max_length=32, blank=True)
     bucket_status = models.CharField(max_length=16, choices=BucketStatus.choices, default=BucketStatus.UNKNOWN)
     bucket_message = models.TextField(blank=True, help_text="Why the bucket is not usable, or a warning about it")
+    bucket_checked_at = models.DateTimeField(null=True, blank=True, help_text="When the bucket was last resolved")
 
     last_sync_started_at = models.DateTimeField(null=True, blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True, help_text="End of the last sync that succeeded")

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -334,6 +335,41 @@ def _record_bucket_failure(account: Account, status: str, message: str) -> None:
     Account.objects.filter(pk=account.pk).update(bucket_status=status, bucket_message=message, last_sync_error=message)
 
 
+def _bucket_status(exc: EngineError) -> str:
+    if isinstance(exc, BucketNotFound):
+        return BucketStatus.MISSING
+    if isinstance(exc, AccessDenied):
+        return BucketStatus.DENIED
+    return BucketStatus.ERROR
+
+
+def _cached_bucket(account: Account) -> tuple[str, str] | None:
+    """The bucket an earlier sync resolved, while it is recent enough to trust: resolving
+    costs two HeadBucket calls and a GetBucketLocation per sync otherwise. An explicit
+    bucket that was edited since, or an hour-old answer (cdkd state migrate may have moved
+    the state to the new bucket name), is resolved again."""
+    if not (account.resolved_bucket and account.bucket_region and account.bucket_checked_at):
+        return None
+    if account.bucket_status != BucketStatus.OK or (account.bucket and account.bucket != account.resolved_bucket):
+        return None
+    if timezone.now() - account.bucket_checked_at > timedelta(seconds=settings.CDKD_BUCKET_RECHECK_SECONDS):
+        return None
+    return account.resolved_bucket, account.bucket_region
+
+
+def _open_and_list(account: Account, layout: KeyLayout, actor: str) -> tuple[StateBucket, Listing, bool]:
+    """The bucket and its listing; the bool says whether the bucket was resolved now."""
+    cached = _cached_bucket(account)
+    if cached is not None:
+        try:
+            bucket = StateBucket.open(account.access(), actor=actor, bucket=cached[0], region=cached[1])
+            return bucket, list_bucket(bucket, layout), False
+        except BucketNotFound:
+            pass  # gone since it was resolved: resolve again, as cdkd would
+    bucket = StateBucket.open(account.access(), actor=actor)
+    return bucket, list_bucket(bucket, layout), True
+
+
 def sync_account(account: Account, *, actor: str = "sync", progress: Progress | None = None) -> AccountResult:
     """Bring the mirror of one account up to date with its bucket. Never raises for AWS
     trouble: a missing or denied bucket is recorded on the account and returned as an
@@ -341,34 +377,15 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     started = time.monotonic()
     result = AccountResult(account=account.account_id)
     Account.objects.filter(pk=account.pk).update(last_sync_started_at=timezone.now())
-    try:
-        bucket = StateBucket.open(account.access(), actor=actor)
-    except BucketNotFound as exc:
-        result.errors.append(str(exc))
-        _record_bucket_failure(account, BucketStatus.MISSING, str(exc))
-        return result
-    except AccessDenied as exc:
-        result.errors.append(str(exc))
-        _record_bucket_failure(account, BucketStatus.DENIED, str(exc))
-        return result
-    except EngineError as exc:
-        result.errors.append(str(exc))
-        _record_bucket_failure(account, BucketStatus.ERROR, str(exc))
-        return result
-
-    result.bucket = bucket.name
-    resolved = bucket.resolved
     layout = KeyLayout(account.prefix)
     try:
-        listing = list_bucket(bucket, layout)
-    except AccessDenied as exc:
-        result.errors.append(str(exc))
-        _record_bucket_failure(account, BucketStatus.DENIED, str(exc))
-        return result
+        bucket, listing, resolved_now = _open_and_list(account, layout, actor)
     except EngineError as exc:
         result.errors.append(str(exc))
-        _record_bucket_failure(account, BucketStatus.ERROR, str(exc))
+        _record_bucket_failure(account, _bucket_status(exc), str(exc))
         return result
+    result.bucket = bucket.name
+    resolved = bucket.resolved
 
     stored_states = {
         k: (pk, etag) for pk, k, etag in Stack.objects.filter(account=account).values_list("pk", "key", "etag")
@@ -429,6 +446,7 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     result.seconds = round(time.monotonic() - started, 3)
     status_message = resolved.warning if resolved else ""
     error_text = "\n".join(result.errors)
+    checked = {"bucket_checked_at": timezone.now()} if resolved_now else {}
     Account.objects.filter(pk=account.pk).update(
         resolved_bucket=bucket.name,
         bucket_source=resolved.source if resolved else "",
@@ -438,6 +456,7 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
         last_synced_at=timezone.now(),
         last_sync_error=error_text,
         last_sync_counts=result.as_json(),
+        **checked,
     )
     return result
 

@@ -201,3 +201,32 @@ def test_it_shows_a_missing_bucket(aws, world):
 
     assert "no-such-bucket-here" in result.errors[0]
     assert Account.objects.get(account_id=A3).bucket_status == BucketStatus.MISSING
+
+
+def test_it_trusts_a_resolved_bucket_for_an_hour(aws, world, settings):
+    from django.utils import timezone
+
+    a2 = world[1]  # the legacy-named bucket: resolving it costs two HeadBucket calls
+    sync_account(a2)
+    aws.requests.clear()
+
+    sync_account(Account.objects.get(pk=a2.pk))
+    assert aws.requests.get("HeadBucket", 0) == 0 and aws.requests.get("GetBucketLocation", 0) == 0
+
+    an_hour_ago = timezone.now() - timezone.timedelta(seconds=settings.CDKD_BUCKET_RECHECK_SECONDS + 60)
+    Account.objects.filter(pk=a2.pk).update(bucket_checked_at=an_hour_ago)
+    sync_account(Account.objects.get(pk=a2.pk))
+    assert aws.requests["HeadBucket"] == 2
+    a2.refresh_from_db()
+    assert (a2.resolved_bucket, a2.bucket_source) == (f"cdkd-state-{A2}-us-east-1", "default-legacy")
+
+
+def test_it_resolves_again_when_the_explicit_bucket_is_edited(aws, world):
+    a3 = world[2]
+    sync_account(a3)
+    Account.objects.filter(pk=a3.pk).update(bucket="no-such-bucket-here")
+
+    result = sync_account(Account.objects.get(pk=a3.pk))
+
+    assert result.errors and "no-such-bucket-here" in result.errors[0]
+    assert Account.objects.get(pk=a3.pk).bucket_status == BucketStatus.MISSING
