@@ -2087,3 +2087,52 @@ def build_demo_world(
 
     summaries = [p.summary for p in world.plans.values() if p.summary is not None]
     return DemoWorld(accounts=summaries, interesting=world.interesting, seconds=time.monotonic() - started)
+
+
+# --------------------------------------------------------------------------------------
+# A stack that leaked secrets, for the scan and scrub pages
+# --------------------------------------------------------------------------------------
+
+LEAK_ACCOUNT = "111111111111"
+LEAK_STACK = "Prod-PaymentsLegacy"
+LEAK_REGION = "us-east-1"
+
+
+def plant_leaked_secrets(session: boto3.Session) -> StackRef:
+    """In the Production account: a Secrets Manager secret and an SSM SecureString, and a
+    record whose history holds them in plaintext (an older version's resolved property, the
+    current version's output and attribute), as records written before cdkd masked them do.
+    Kept apart from `build_demo_world` so its fixed counts stay as they are."""
+    spec = next(s for s in DEMO_ACCOUNTS if s.account_id == LEAK_ACCOUNT)
+    password, api_key = "Paym3nts-Db-Passw0rd-2024", "pk_live_51DemoKeyForTheScrubPage9xQ"
+    sm = session.client("secretsmanager", region_name=LEAK_REGION)
+    secret_arn = sm.create_secret(
+        Name="prod/payments/db", SecretString=json.dumps({"username": "payments", "password": password})
+    )["ARN"]
+    session.client("ssm", region_name=LEAK_REGION).put_parameter(
+        Name="/prod/payments/api-key", Value=api_key, Type="SecureString"
+    )
+    db = {
+        "physicalId": "payments-legacy-db",
+        "resourceType": "AWS::RDS::DBInstance",
+        "properties": {
+            "DBInstanceIdentifier": "payments-legacy-db",
+            "MasterUsername": "payments",
+            "MasterUserPassword": f"{{{{resolve:secretsmanager:{secret_arn}:SecretString:password::}}}}",
+        },
+        "attributes": {"Endpoint.Address": "payments-legacy-db.demo.us-east-1.rds.amazonaws.com"},
+        "provisionedBy": "sdk",
+        "deletionPolicy": "Snapshot",
+    }
+    older = {"version": 8, "stackName": LEAK_STACK, "region": LEAK_REGION, "lastModified": 1760000000000}
+    older["resources"] = {"Db": {**db, "properties": {**db["properties"], "MasterUserPassword": password}}}
+    older["outputs"] = {}
+    current = {"version": 11, "stackName": LEAK_STACK, "region": LEAK_REGION, "lastModified": 1790000000000}
+    current["resources"] = {"Db": {**db, "attributes": {**db["attributes"], "ApiKey": api_key}}}
+    current["outputs"] = {"DbUrl": f"postgres://payments:{password}@payments-legacy-db:5432/payments"}
+    current["exportNames"] = []
+    s3 = _s3(session, spec.bucket_region)
+    key = f"{spec.prefix}/{LEAK_STACK}/{LEAK_REGION}/state.json"
+    for body in (older, current):  # one after the other: two versions, the plaintext one first
+        s3.put_object(Bucket=spec.bucket, Key=key, Body=cdkd_json(body), ContentType="application/json")
+    return StackRef(spec.account_id, LEAK_STACK, LEAK_REGION, key, "secrets in plaintext, current and history")

@@ -151,6 +151,10 @@ class Hit:
 # --- matching inside one document ------------------------------------------------------------
 
 
+def _names_a_user(key_name: str | None) -> bool:
+    return key_name is not None and "user" in key_name.lower()
+
+
 class _Walker:
     """Walks a decoded JSON value and reports every string leaf (and object key) that
     matches. `resourceType` of the nearest enclosing object selects type-specific names."""
@@ -169,6 +173,10 @@ class _Walker:
         embedded = False
         if self.cands:
             known = self.cands.whole(text)
+            # A secret's user name ("payments", "admin") is a common word: it counts only
+            # where the record names a user (MasterUsername, DbUser), not in every
+            # service name or tag that happens to spell it.
+            known = [s for s in known if s.embeddable or _names_a_user(key_name)]
             if known:
                 labels += [s.label for s in known]
             else:

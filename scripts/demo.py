@@ -216,12 +216,20 @@ def main() -> None:
         env.setdefault("CDKD_SYNC_INTERVAL", "120")  # the worker re-syncs every two minutes
 
         # -- Seed the world -------------------------------------------------------------------
-        from engine.demo import DEMO_ACCOUNTS, assumed_role_session, build_demo_world
+        from engine.demo import (
+            DEMO_ACCOUNTS,
+            LEAK_ACCOUNT,
+            assumed_role_session,
+            build_demo_world,
+            plant_leaked_secrets,
+        )
 
         world = build_demo_world(assumed_role_session)
         say(f"  seeded     {world.state_records} stack records ({world.objects} objects) in {world.seconds:.1f} s:")
         for line in world.describe():
             say("               " + line)
+        leak = plant_leaked_secrets(assumed_role_session(LEAK_ACCOUNT))
+        say(f"  secrets    {leak.stack} ({leak.account_id}) holds leaked secrets: scan and scrub it at /secrets/")
 
         # -- Django: schema, login, accounts, first sync --------------------------------------
         manage(env, "migrate", "--noinput", "-v", "0")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from engine.backend import StateBucket
 from engine.demo import (
     DEMO_ACCOUNTS,
     PLATFORM_EU,
@@ -315,3 +316,22 @@ def test_ledger_journal_and_bootstrap_marker(seeded: Seeded) -> None:
 def test_plan_is_deterministic() -> None:
     now = 1_795_955_307_315
     assert plan_demo_world(now, big_stack_resources=50) == plan_demo_world(now, big_stack_resources=50)
+
+
+def test_it_plants_a_stack_whose_secrets_the_scan_finds(aws):
+    from engine.demo import DEMO_ACCOUNTS, LEAK_ACCOUNT, plant_leaked_secrets
+    from engine.keys import KeyLayout
+    from engine.scrub import scan
+
+    spec = next(s for s in DEMO_ACCOUNTS if s.account_id == LEAK_ACCOUNT)
+    aws.make_bucket(LEAK_ACCOUNT, spec.bucket)
+    ref = plant_leaked_secrets(aws.account_session(LEAK_ACCOUNT))
+
+    bucket = StateBucket.open(aws.access(LEAK_ACCOUNT), actor="test")
+    findings = scan(bucket, KeyLayout(spec.prefix), stacks=[ref.stack]).findings
+
+    where = {(f.versionId is None, tuple(f.path)) for f in findings}
+    assert (True, ("outputs", "DbUrl")) in where  # embedded in the current output
+    assert (True, ("resources", "Db", "attributes", "ApiKey")) in where  # the SSM value
+    assert (False, ("resources", "Db", "properties", "MasterUserPassword")) in where  # an older version
+    assert all("Paym3nts" not in f.source for f in findings)

@@ -303,3 +303,27 @@ def test_it_masks_known_values_in_messages(index: SecretIndex) -> None:
 def test_it_hands_its_values_to_a_masker_without_showing_them(index: SecretIndex) -> None:
     masker = index.masker()
     assert masker(f"failed with {PASSWORD}") == "failed with ***"
+
+
+def test_it_matches_a_secrets_user_name_only_where_the_record_names_a_user():
+    from engine.scrub import scan_document
+    from engine.secrets import SecretIndex, SecretSource
+
+    index = SecretIndex()
+    label = "Secrets Manager secret prod/db, key username"
+    index.add("payments", SecretSource("secretsmanager", label, "prod/db", "us-east-1", embeddable=False))
+    body = json.dumps(
+        {
+            "resources": {
+                "Db": {"resourceType": "AWS::RDS::DBInstance", "properties": {"MasterUsername": "payments"}},
+                "Fn": {
+                    "resourceType": "AWS::Lambda::Function",
+                    "properties": {"Environment": {"Variables": {"POWERTOOLS_SERVICE_NAME": "payments"}}},
+                },
+            }
+        }
+    ).encode()
+
+    paths = [hit.path for hit in scan_document(index, body)]
+
+    assert paths == [("resources", "Db", "properties", "MasterUsername")]
