@@ -147,9 +147,13 @@ def secret_findings(request: AuthedRequest) -> HttpResponse | StreamingHttpRespo
         .annotate(n=Count("pk"))
         .values_list("account", "n")
     )
-    last_scans = {}
-    for run in ScanRun.objects.filter(account__in=[a.pk for a in accounts], stacks=[]).order_by("-created_at")[:200]:
-        last_scans.setdefault(run.account_id, run)
+    # A whole-account scan covers every account in its `account_ids` ("scan every account
+    # I operate" has no single account), so look through the recent ones.
+    wanted = {a.pk for a in accounts}
+    last_scans: dict[int, ScanRun] = {}
+    for run in ScanRun.objects.filter(stacks=[], finished_at__isnull=False).order_by("-created_at")[:200]:
+        for pk in set(run.account_ids) & wanted:
+            last_scans.setdefault(pk, run)
     context.update(
         accounts=[(a, counts.get(a.pk, 0), last_scans.get(a.pk), a.pk in operated) for a in accounts],
         can_scan_any=bool(operated),

@@ -357,3 +357,16 @@ def test_it_masks_flagged_values_on_the_stack_and_json_pages_but_not_the_downloa
         assert "hunter2-s3cr3t" not in body, url
     assert "***" in client.get(reverse("stack_json", kwargs=kw)).content.decode()
     assert b"hunter2-s3cr3t" in client.get(reverse("stack_download", kwargs=kw)).content  # the stored bytes, verbatim
+
+
+def test_it_shows_the_last_scan_of_an_account_scanned_with_others(client, prod, vera):
+    from django.utils import timezone
+
+    run = ScanRun.objects.create(
+        account_ids=[prod.pk], stacks=[], status=SyncStatus.SUCCEEDED, finished_at=timezone.now()
+    )  # "scan every account I operate": no single account
+    login(client, vera)
+
+    rows = client.get(reverse("secrets")).context["accounts"]
+
+    assert [(a.account_id, last) for a, _count, last, _can in rows] == [(prod.account_id, run)]
