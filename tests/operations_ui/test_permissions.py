@@ -286,3 +286,49 @@ def test_it_opens_the_staff_only_apps_to_staff(client):
     world = build_world()
     client.force_login(world.people["superuser"])
     assert client.get("/admin/stacks/auditevent/").status_code == 200
+
+
+JUNK_QUERY = (
+    "?page=-3&q=%00%27%22%3Cscript%3E&account=999999999999&region=..%2F&lock=weird&defects=maybe&version=abc"
+    "&nesting=sideways&since=yesterday&until=2024-13-45&a=%2F..%2F&b=&format=xml&tab=%3F%3F&kind=nope"
+    "&status=nope&result=nope&command=nope&event_type=nope&person=%00&stack=%00&current=nope&source=nope"
+    "&key_kind=nope&view=nope&purge_history=maybe&concurrency=-1"
+)
+
+
+@pytest.mark.parametrize("name", [name for name, rule in RULES.items() if rule.get is not None])
+def test_it_answers_junk_query_strings_without_a_server_error(name, no_s3):
+    world = build_world()
+    client = Client(raise_request_exception=False)
+    client.force_login(world.people["superuser"])
+
+    response = client.get(reverse(name, kwargs=RULES[name].kwargs(world)) + JUNK_QUERY)
+
+    assert response.status_code < 500, f"GET {name} with junk: {response.status_code}"
+    assert b"Traceback" not in response.content
+
+
+@pytest.mark.parametrize("name", POSTS)
+def test_it_answers_junk_posts_without_a_server_error(name, no_s3):
+    world = build_world()
+    client = Client(raise_request_exception=False)
+    client.force_login(world.people["superuser"])
+    junk = {
+        "decision": "maybe",
+        "comment": "\x00" * 3,
+        "role": "god",
+        "username": "",
+        "kind": "nope",
+        "approvers_needed": "-1",
+        "validity_hours": "x",
+        "account": "999",
+        "confirm_name": "\x00",
+        "concurrency": "0",
+        "resources": ["", "\x00"],
+        "version_id": "../..",
+        "purge_history": "maybe",
+    }
+
+    response = client.post(reverse(name, kwargs=RULES[name].kwargs(world)), junk)
+
+    assert response.status_code < 500, f"POST {name} with junk: {response.status_code}"
