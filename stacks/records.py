@@ -63,17 +63,20 @@ def open_bucket(account: Account, actor: str) -> StateBucket:
     return StateBucket.open(account.access(), actor=actor)
 
 
-def stack_regions(bucket: StateBucket, layout: KeyLayout, stack_name: str) -> list[str | None]:
-    """Regions holding a record of the stack (None for a legacy record), sorted, legacy last."""
+RECORD_KINDS = frozenset({KeyKind.STATE, KeyKind.LEGACY_STATE})
+LOCK_KINDS = frozenset({KeyKind.LOCK, KeyKind.LEGACY_LOCK})
+
+
+def stack_regions(
+    bucket: StateBucket, layout: KeyLayout, stack_name: str, kinds: frozenset[KeyKind] = RECORD_KINDS
+) -> list[str | None]:
+    """Regions holding a key of `kinds` for the stack (None for the legacy layout), sorted,
+    legacy last. By default: where the stack has a record."""
     regions: set[str | None] = set()
     for info in bucket.list_objects(layout.stack_prefix(stack_name)):
         parsed = layout.parse(info.key)
-        if parsed is None or parsed.stack_name != stack_name:
-            continue
-        if parsed.kind == KeyKind.STATE:
+        if parsed is not None and parsed.stack_name == stack_name and parsed.kind in kinds:
             regions.add(parsed.region)
-        elif parsed.kind == KeyKind.LEGACY_STATE:
-            regions.add(None)
     return sorted(regions, key=lambda r: (r is None, r or ""))
 
 

@@ -394,23 +394,18 @@ class Command(BaseCommand):
         """--stack-region, or the only region the stack has; a legacy record is None."""
         if given:
             return given
-        from engine.keys import KeyKind, KeyLayout
-        from stacks.records import open_bucket
+        from engine.keys import KeyLayout
+        from stacks.records import LOCK_KINDS, RECORD_KINDS, open_bucket, stack_regions
 
         bucket = open_bucket(account, cli_actor())
-        layout = KeyLayout(account.prefix)
-        kinds = {KeyKind.STATE, KeyKind.LEGACY_STATE} | ({KeyKind.LOCK, KeyKind.LEGACY_LOCK} if locks_too else set())
-        regions = set()
-        for info in bucket.list_objects(layout.stack_prefix(stack)):
-            parsed = layout.parse(info.key)
-            if parsed is not None and parsed.stack_name == stack and parsed.kind in kinds:
-                regions.add(parsed.region)
+        kinds = RECORD_KINDS | LOCK_KINDS if locks_too else RECORD_KINDS
+        regions = stack_regions(bucket, KeyLayout(account.prefix), stack, kinds)
         if not regions:
             raise CommandError(f"No stack {stack!r} in account {account.account_id} (bucket {bucket.name})")
         if len(regions) > 1:
-            named = ", ".join(sorted(r or "legacy" for r in regions))
+            named = ", ".join(r or "legacy" for r in regions)
             raise CommandError(f"Stack {stack!r} exists in several regions ({named}): pass --stack-region")
-        return regions.pop()
+        return regions[0]
 
     def _operate(
         self, kind: str, account: Account, stack: str, region: str | None, params: dict, yes: bool, *, as_json=False
