@@ -15,6 +15,7 @@ deterministic, so an encrypted column cannot be searched or compared in SQL; onl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -76,22 +77,85 @@ class EncryptedBinaryField(models.BinaryField):
 
     description = "Bytes, stored encrypted (a Fernet token)"
 
+    def to_bytes(self, value) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"{self.name} holds bytes, not {type(value).__name__}")
+        return bytes(value)
+
+    def from_bytes(self, data: bytes):
+        return data
+
     def get_prep_value(self, value):
         value = super().get_prep_value(value)
         if value is None:
             return None
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(f"{self.name} holds bytes, not {type(value).__name__}")
-        return encrypt(bytes(value))
+        return encrypt(self.to_bytes(value))
 
     def from_db_value(self, value, expression, connection):
         if value is None:
             return None
-        return decrypt(bytes(value))
+        return self.from_bytes(decrypt(bytes(value)))
 
     def get_lookup(self, lookup_name):
         # `body=...` would compare against a fresh random token and never match: refuse it.
         return super().get_lookup(lookup_name) if lookup_name == "isnull" else None
+
+
+class EncryptedTextField(EncryptedBinaryField):
+    """Text (UTF-8) stored as a Fernet token."""
+
+    description = "Text, stored encrypted (a Fernet token)"
+
+    def to_bytes(self, value) -> bytes:
+        if isinstance(value, bytes):  # Django's schema editor's default for a bytea column: b""
+            return value
+        if not isinstance(value, str):
+            raise TypeError(f"{self.name} holds text, not {type(value).__name__}")
+        return value.encode("utf-8", "surrogatepass")
+
+    def from_bytes(self, data: bytes) -> str:
+        return data.decode("utf-8", "surrogatepass")
+
+    def get_default(self):
+        return "" if not self.has_default() and not self.null else super().get_default()
+
+    def to_python(self, value):
+        return value
+
+    def value_to_string(self, obj):
+        return self.value_from_object(obj)
+
+
+def json_bytes(value) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def json_value(data: bytes):
+    return json.loads(data.decode("utf-8", "surrogatepass"))
+
+
+class EncryptedJSONField(EncryptedBinaryField):
+    """A JSON value stored as a Fernet token of its JSON text. SQL NULL is None when the
+    field is nullable; there are no JSON lookups (the database cannot see inside)."""
+
+    description = "A JSON value, stored encrypted (a Fernet token)"
+
+    def to_bytes(self, value) -> bytes:
+        return json_bytes(value)
+
+    def from_bytes(self, data: bytes):
+        return json_value(data)
+
+    def get_prep_value(self, value):
+        if value is None and not self.null:
+            return encrypt(self.to_bytes(None))
+        return super().get_prep_value(value)
+
+    def to_python(self, value):
+        return value
+
+    def value_to_string(self, obj):
+        return self.value_from_object(obj)
 
 
 # --- re-writing whole columns (the data migration, key rotation) ------------------------

@@ -14,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from engine.aws import AccountAccess
-from stacks.crypto import EncryptedBinaryField
+from stacks.crypto import EncryptedBinaryField, EncryptedJSONField, EncryptedTextField
 
 
 def now_ms() -> int:
@@ -373,11 +373,13 @@ class DeploymentEvent(models.Model):
     operation = models.CharField(max_length=16, blank=True)
     provisioned_by = models.CharField(max_length=16, blank=True)
     result = models.CharField(max_length=16, blank=True)
-    reason = models.TextField(blank=True)
+    # The free text of a line (cdkd masks only the secret values it knows of in it) and the
+    # line itself are encrypted at rest like record bodies; the columns above are filters.
+    reason = EncryptedTextField(blank=True)
     duration_ms = models.BigIntegerField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    error = EncryptedJSONField(null=True, blank=True)
     counts = models.JSONField(null=True, blank=True)
-    raw = models.JSONField(default=dict)
+    raw = EncryptedJSONField(default=dict)
 
     class Meta:
         ordering = ["run", "seq"]
