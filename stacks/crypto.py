@@ -210,7 +210,10 @@ def rewrite_column(
     last = None
     while True:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            cursor.execute(first, [batch_size]) if last is None else cursor.execute(after, [last, batch_size])
+            if last is None:
+                cursor.execute(first, [batch_size])
+            else:
+                cursor.execute(after, [last, batch_size])
             rows = cursor.fetchall()
             if not rows:
                 return counts

@@ -53,7 +53,9 @@ def unseal_events(apps, schema_editor):
     decrypt, load = stacks.crypto.decrypt, stacks.crypto.json_value
     for manager, rows in _event_batches(apps, schema_editor):
         for e in rows:
-            e.reason = decrypt(bytes(e.sealed_reason)).decode("utf-8", "surrogatepass") if e.sealed_reason is not None else ""
+            e.reason = (
+                decrypt(bytes(e.sealed_reason)).decode("utf-8", "surrogatepass") if e.sealed_reason is not None else ""
+            )
             e.error = None if e.sealed_error is None else load(decrypt(bytes(e.sealed_error)))
             e.raw = {} if e.sealed_raw is None else load(decrypt(bytes(e.sealed_raw)))
         manager.bulk_update(rows, list(EVENT_FIELDS))

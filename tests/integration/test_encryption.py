@@ -240,7 +240,12 @@ def test_the_migration_encrypts_existing_rows_and_reverses(keys):
         Event = old.get_model("stacks", "DeploymentEvent")
         for seq, line in enumerate(lines):
             Event.objects.create(
-                run=run, seq=seq, event_type=line["eventType"], reason=line.get("reason", ""), error=line.get("error"), raw=line
+                run=run,
+                seq=seq,
+                event_type=line["eventType"],
+                reason=line.get("reason", ""),
+                error=line.get("error"),
+                raw=line,
             )
         assert list(raw("stacks_stack").values()) == [record()]
 

@@ -126,5 +126,5 @@ def test_the_development_key_follows_secret_key(settings):
 
     if os.environ.get("CDKD_ENCRYPTION_KEYS") or os.environ.get("CDKD_ENCRYPTION_KEYS_FILE"):
         pytest.skip("the run sets its own keys")
-    assert settings.CDKD_ENCRYPTION_KEYS == [derived(settings.SECRET_KEY)]
+    assert [derived(settings.SECRET_KEY)] == settings.CDKD_ENCRYPTION_KEYS
     assert derived("one") != derived("two")
