@@ -328,3 +328,18 @@ def test_no_secret_value_reaches_the_database_logs_pages_audit_or_redis(aws, red
     assert AuditEvent.objects.filter(action="operation.finished").count() == 2
     assert len(pages) > 30 and caplog.records and redis.keys("*")
     assert not found, f"secret values leaked: {found}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known leak, not fixed here: engine.restore's plan lines quote output values (and top-level fields), "
+    "and Operation.plan stores them in plaintext; for the restore and masking owners",
+)
+def test_a_restore_plan_quotes_no_output_value():
+    from engine.restore import diff_records
+
+    lines = diff_records(
+        {"resources": {}, "outputs": {"DbPassword": "old"}},
+        {"resources": {}, "outputs": {"DbPassword": NEEDLES[0].decode()}},
+    )
+    assert not leaks_in("\n".join(lines))

@@ -91,7 +91,7 @@ def test_it_refuses_to_start_without_a_key_when_debug_is_off():
     assert "CDKD_ENCRYPTION_KEYS (or CDKD_ENCRYPTION_KEYS_FILE) must be set when DEBUG is off" in result.stderr
 
 
-def test_it_derives_a_development_key_only_when_debug_is_on():
+def test_it_derives_a_development_key_when_debug_is_on():
     on = settings_import(DEBUG="True", SECRET_KEY="one")
     assert on.returncode == 0, on.stderr
     assert on.stdout.strip() == "1"
