@@ -181,7 +181,8 @@ if not CDKD_ENCRYPTION_KEYS:
         )
     # Development and tests only: a key derived from SECRET_KEY, so a checkout runs without
     # set-up. It is exactly as secret as SECRET_KEY (the dev fallback is public): never for
-    # real data. Changing SECRET_KEY makes the mirrored bodies unreadable (re-sync them).
+    # real data. Changing SECRET_KEY leaves the mirrored bodies unreadable (a sync skips
+    # unchanged records): start from an empty database then.
     CDKD_ENCRYPTION_KEYS = [
         base64.urlsafe_b64encode(hashlib.sha256(b"cdkd-body-encryption:" + SECRET_KEY.encode()).digest()).decode()
     ]
