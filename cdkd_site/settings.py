@@ -7,10 +7,14 @@ that names the variable and what it should look like.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -167,6 +171,31 @@ CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 CDKD_OPERATION_ABANDON_SECONDS = envint("CDKD_OPERATION_ABANDON_SECONDS", "90", minimum=1)
 # The TTL of the cdkd locks operations take (cdkd's own is 30 minutes); renewed every TTL/4.
 CDKD_LOCK_TTL_SECONDS = envint("CDKD_LOCK_TTL_SECONDS", "1800", minimum=2)
+# Fernet keys for record bodies at rest, comma-separated: the first encrypts, all decrypt.
+CDKD_ENCRYPTION_KEYS = [k.strip() for k in envsecret("CDKD_ENCRYPTION_KEYS").split(",") if k.strip()]
+if not CDKD_ENCRYPTION_KEYS:
+    if not DEBUG and not ("pytest" in sys.modules or sys.argv[1:2] == ["test"]):
+        raise ImproperlyConfigured(
+            "CDKD_ENCRYPTION_KEYS (or CDKD_ENCRYPTION_KEYS_FILE) must be set when DEBUG is off: "
+            "make one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+        )
+    # Development and tests only: a key derived from SECRET_KEY, so a checkout runs without
+    # set-up. It is exactly as secret as SECRET_KEY (the dev fallback is public): never for
+    # real data. Changing SECRET_KEY leaves the mirrored bodies unreadable (a sync skips
+    # unchanged records): start from an empty database then.
+    CDKD_ENCRYPTION_KEYS = [
+        base64.urlsafe_b64encode(hashlib.sha256(b"cdkd-body-encryption:" + SECRET_KEY.encode()).digest()).decode()
+    ]
+for _number, _key in enumerate(CDKD_ENCRYPTION_KEYS, 1):
+    try:
+        Fernet(_key)
+    except (ValueError, TypeError):
+        # Never echo the value: it is a key.
+        raise ImproperlyConfigured(
+            f"CDKD_ENCRYPTION_KEYS: key {_number} of the list is not a Fernet key "
+            "(32 url-safe base64-encoded bytes, as Fernet.generate_key() makes)"
+        ) from None
+del _number, _key
 
 LOGGING = {
     "version": 1,

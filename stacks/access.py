@@ -46,7 +46,8 @@ def get_account_or_404(user: AnyUser, account_id: str, minimum: str = Role.VIEWE
 
 
 def stacks_for(user: AnyUser) -> QuerySet[Stack]:
-    return Stack.objects.filter(account__in=accounts_for(user))
+    # Listings never show a body: leave it (ciphertext, decrypted per row) in the database.
+    return Stack.objects.filter(account__in=accounts_for(user)).defer("body")
 
 
 def get_stack_or_404(user: AnyUser, account_id: str, region_slug: str, stack_name: str) -> Stack:

@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from engine.aws import AccountAccess
+from stacks.crypto import EncryptedBinaryField, EncryptedJSONField, EncryptedTextField
 
 
 def now_ms() -> int:
@@ -133,7 +134,8 @@ class Stack(models.Model):
     version_id = models.CharField(max_length=1024, blank=True)
     size = models.BigIntegerField(default=0)
     s3_last_modified = models.DateTimeField(null=True, blank=True)
-    body = models.BinaryField(help_text="The stored bytes, verbatim")
+    # Verbatim, and encrypted at rest: a record holds whatever cdkd resolved, secrets included.
+    body = EncryptedBinaryField(help_text="The stored bytes, verbatim (encrypted at rest)")
 
     schema_version = models.IntegerField(null=True, blank=True)
     record_last_modified = models.BigIntegerField(null=True, blank=True, help_text="The record's lastModified (ms)")
@@ -222,7 +224,8 @@ class Lock(models.Model):
 
     etag = models.CharField(max_length=128)
     s3_last_modified = models.DateTimeField(null=True, blank=True)
-    body = models.BinaryField()
+    # The lock's own bytes come from the bucket like a record's: encrypted the same way.
+    body = EncryptedBinaryField()
     readable = models.BooleanField(default=True)
     error = models.TextField(blank=True)
     owner = models.TextField(blank=True)
@@ -370,11 +373,13 @@ class DeploymentEvent(models.Model):
     operation = models.CharField(max_length=16, blank=True)
     provisioned_by = models.CharField(max_length=16, blank=True)
     result = models.CharField(max_length=16, blank=True)
-    reason = models.TextField(blank=True)
+    # The free text of a line (cdkd masks only the secret values it knows of in it) and the
+    # line itself are encrypted at rest like record bodies; the columns above are filters.
+    reason = EncryptedTextField(blank=True)
     duration_ms = models.BigIntegerField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    error = EncryptedJSONField(null=True, blank=True)
     counts = models.JSONField(null=True, blank=True)
-    raw = models.JSONField(default=dict)
+    raw = EncryptedJSONField(default=dict)
 
     class Meta:
         ordering = ["run", "seq"]

@@ -28,6 +28,7 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from rq import SimpleWorker
@@ -35,7 +36,22 @@ from rq import SimpleWorker
 from cdkd_site.queues import get_queue
 from stacks.models import AuditEvent, Operation, OperationStatus, ScanRun, SecretFinding, Stack, SyncStatus
 from stacks.sync import sync_account
-from tests.secrets.world import A1, A2, FAR, INDEX, JOURNAL, REGION, SECRET_VALUES, STATE, accounts, people, plant
+from tests.secrets.world import (
+    A1,
+    A2,
+    BUCKET1,
+    BUCKET2,
+    CLEAN,
+    FAR,
+    INDEX,
+    JOURNAL,
+    REGION,
+    SECRET_VALUES,
+    STATE,
+    accounts,
+    people,
+    plant,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -71,6 +87,29 @@ def database_dump() -> dict[str, bytes]:
             rows += [as_bytes(s.get_decoded()) for s in Session.objects.all()]
         out[label] = b"\n\n".join(rows)
     return out
+
+
+def raw_database_dump() -> dict[str, bytes]:
+    """Every column of every table as the database stores it (raw SQL, past every field's
+    decryption): what a backup, a replica or a stolen disk holds."""
+    out: dict[str, bytes] = {}
+    tables = {m._meta.db_table for m in apps.get_models() if m._meta.managed}
+    tables |= {f.m2m_db_table() for m in apps.get_models() for f in m._meta.local_many_to_many}
+    with connection.cursor() as cursor:
+        for table in sorted(tables & set(connection.introspection.table_names(cursor))):
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            names = [c[0] for c in cursor.description]
+            rows = []
+            for row in cursor.fetchall():
+                rows.append(b"\n".join(n.encode() + b"=" + _column_bytes(v) for n, v in zip(names, row, strict=True)))
+            out[table] = b"\n\n".join(rows)
+    return out
+
+
+def _column_bytes(value: Any) -> bytes:
+    if isinstance(value, memoryview | bytearray | bytes):
+        return bytes(value)
+    return str(value).encode("utf-8", "replace")
 
 
 def _unpack(value: bytes) -> bytes:
@@ -175,10 +214,22 @@ def test_no_secret_value_reaches_the_database_logs_pages_audit_or_redis(aws, red
     # mirrored record, which is not part of what is judged) and the raw download; the
     # stack's JSON page already masks what the scan flagged.
     assert leaks_in(database_dump()["stacks.Stack"])
+    # ... while the stored columns hold only ciphertext (bodies are encrypted at rest).
+    stored = raw_database_dump()
+    assert stored["stacks_stack"].count(b"body=gAAAAA") == Stack.objects.count() == 3
+    if hits := {table: leaks_in(blob) for table, blob in stored.items() if leaks_in(blob)}:
+        raise AssertionError(f"secret values stored in plaintext before the scrub: {hits}")
+    bodies = [aws.get(A1, BUCKET1, key) for key in (STATE, CLEAN)] + [aws.get(A2, BUCKET2, FAR)]
+    assert all(body in as_bytes(database_dump()["stacks.Stack"]) for body in bodies)
+    assert not [b for b in bodies if b in stored["stacks_stack"]]
     download = olivia.get(reverse("stack_download", args=[A1, REGION, "App"])).content
     assert len(leaks_in(download)) == 3  # PW, TOKEN and API are in App's current record
     assert not leaks_in(olivia.get(reverse("stack_json", args=[A1, REGION, "App"])).content)
     assert leaks_in(json.dumps({"x": SECRET_VALUES[0]})) and leaks_in(_unpack(zlib.compress(NEEDLES[1])))
+
+    # A sync as a job through RQ (the sync button), besides the direct one above.
+    assert olivia.post(reverse("sync"), {}).status_code == 302
+    work()
 
     # 2. Scrub with purge of every stack that held a secret, requested, approved, run.
     ops = []
@@ -250,8 +301,11 @@ def test_no_secret_value_reaches_the_database_logs_pages_audit_or_redis(aws, red
     for run in ScanRun.objects.all():
         fetch(olivia, "scan", reverse("scan_status", args=[run.pk]))
 
-    # 4. Search everything for every value.
+    # 4. Search everything for every value, and the logs, Redis and the audit for every body.
     found: dict[str, list[str]] = {}
+    for label, blob in raw_database_dump().items():
+        if hits := leaks_in(blob):
+            found[f"stored column of {label}"] = hits
     for label, body in pages.items():
         if hits := leaks_in(body):
             found[f"page {label}"] = hits
@@ -267,6 +321,25 @@ def test_no_secret_value_reaches_the_database_logs_pages_audit_or_redis(aws, red
     for key, blob in redis_dump(redis).items():
         if hits := leaks_in(blob):
             found[f"redis {key!r}"] = hits
+        if any(body in blob for body in bodies):
+            found[f"redis {key!r}"] = ["a whole record body"]
+    if any(body in audit or body in logs.encode() for body in bodies):
+        found["audit or logs"] = ["a whole record body"]
     assert AuditEvent.objects.filter(action="operation.finished").count() == 2
     assert len(pages) > 30 and caplog.records and redis.keys("*")
     assert not found, f"secret values leaked: {found}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known leak, not fixed here: engine.restore's plan lines quote output values (and top-level fields), "
+    "and Operation.plan stores them in plaintext; for the restore and masking owners",
+)
+def test_a_restore_plan_quotes_no_output_value():
+    from engine.restore import diff_records
+
+    lines = diff_records(
+        {"resources": {}, "outputs": {"DbPassword": "old"}},
+        {"resources": {}, "outputs": {"DbPassword": NEEDLES[0].decode()}},
+    )
+    assert not leaks_in("\n".join(lines))

@@ -155,6 +155,12 @@ class Command(BaseCommand):
         aud.add_argument("--json", action="store_true")
         aud.add_argument("--limit", type=int, default=200)
 
+        encryption = sub.add_parser("encryption", help="record bodies encrypted at rest")
+        enc_sub = encryption.add_subparsers(dest="action", required=True, parser_class=CommandParser)
+        rotate = enc_sub.add_parser("rotate", help="re-encrypt every body with the first key of CDKD_ENCRYPTION_KEYS")
+        rotate.add_argument("--batch-size", type=int, default=200)
+        rotate.add_argument("--json", action="store_true")
+
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
 
@@ -645,3 +651,29 @@ class Command(BaseCommand):
             self.stdout.write(f"Scheduled a sync of every account now and every {settings.CDKD_SYNC_INTERVAL} s.")
         call_command("rqworker", "default", "sync", with_scheduler=True, burst=o["burst"])
         sys.stdout.flush()
+
+    # --- encryption at rest -------------------------------------------------------------
+
+    def do_encryption_rotate(self, o: dict) -> None:
+        """New key first in CDKD_ENCRYPTION_KEYS, the old ones after it; run this; then the
+        old keys can go. Safe to run again and while syncs run (see stacks.crypto)."""
+        from stacks import crypto
+
+        if o["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        results = crypto.rotate(batch_size=o["batch_size"])
+        if o["json"]:
+            self.emit({"columns": [r.as_json() for r in results]})
+        else:
+            for r in results:
+                line = f"{r.table}.{r.column}: {r.rows} rows, {r.rewritten} re-encrypted, {r.unchanged} already current"
+                if r.changed_meanwhile:
+                    line += f", {r.changed_meanwhile} re-written by a sync meanwhile (left as written)"
+                self.stdout.write(line)
+        unreadable = [(r.table, pk) for r in results for pk in r.unreadable]
+        if unreadable:
+            where = ", ".join(f"{table} id {pk}" for table, pk in unreadable[:10])
+            raise CommandError(
+                f"{len(unreadable)} rows cannot be decrypted with any key of CDKD_ENCRYPTION_KEYS ({where}): "
+                "put back the key they were encrypted with (anywhere in the list) and run this again"
+            )
