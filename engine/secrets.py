@@ -97,6 +97,34 @@ SECRET_PROPERTY_NAMES_BY_TYPE: dict[str, frozenset[str]] = {
     "AWS::Lightsail::Database": frozenset({"MasterUserPassword"}),
 }
 
+# Words that, ending a property or output name, say it holds a secret ("DbPassword",
+# "ApiKey", "GITHUB_TOKEN", "client_secret"). Used to mask for display before any scan (a
+# wider net than the scan's names, which a scrub rewrites); names that END in another word
+# ("SecretArn", "PasswordPolicy", "TokenUrl", "PasswordLength") name, not hold, a secret.
+SECRET_NAME_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "secret", "token", "credentials"})
+SECRET_NAME_WORDS |= {w + "s" for w in SECRET_NAME_WORDS if not w.endswith("s")}
+SECRET_NAME_PAIRS = frozenset({("api", "key"), ("private", "key"), ("secret", "key"), ("auth", "key"), ("access", "key")})
+_NAME_WORDS = re.compile(r"[A-Z]{2,}(?=[A-Z][a-z]|[^A-Za-z]|$)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+NAME_LENGTH_LIMIT = 256  # longer keys are data, not names; never split them
+
+
+def secret_name(name: str) -> bool:
+    """True when a property, attribute, variable or output called `name` holds a secret
+    by its name alone (see SECRET_NAME_WORDS); `AccessKeyId`, `SecretArn` do not."""
+    if not isinstance(name, str) or not name or len(name) > NAME_LENGTH_LIMIT:
+        return False
+    if name in SECRET_PROPERTY_NAMES:
+        return True
+    words = [w.lower() for w in _NAME_WORDS.findall(name)]
+    if not words:
+        return False
+    if words[-1] in SECRET_NAME_WORDS:
+        return True
+    if words[-1] == "key" and len(words) >= 2 and (words[-2], "key") in SECRET_NAME_PAIRS:
+        return True
+    return words[-1] in ("apikey", "privatekey", "secretkey", "authkey")
+
+
 # High-confidence credential shapes: (label, pattern). Each pattern is specific enough to
 # be worth `***` on sight; none matches ordinary ids, ARNs or hashes.
 SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
