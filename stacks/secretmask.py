@@ -12,8 +12,8 @@ Two layers, both before anything reaches a template or a response:
   the value; the value at every flagged path becomes `***`.
 
 `***` and whole `{{resolve:...}}` references are left as they are. A body in which nothing
-is masked is returned as the same bytes; a masked JSON body is re-serialised the way cdkd
-writes (`JSON.stringify(value, null, 2)`).
+is masked is returned as the same bytes; a masked JSON body is re-serialised in cdkd's layout
+(`JSON.stringify(value, null, 2)`).
 
 The verbatim bytes go only to people with the account's reveal right (`may_reveal`:
 account admins, superusers, and members an admin granted `can_reveal`), through the
@@ -22,13 +22,14 @@ audited Reveal action (`stacks.views.detail.stack_reveal`).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
 
-from engine.masking import MASK, Masker
-from engine.schema import js_stringify
+from engine.masking import MASK, Masker, might_hold_shape
 from engine.secrets import (
+    ACCESS_KEY_ID,
     SECRET_KEY_LABEL,
     has_access_key_id,
     is_masked,
@@ -91,10 +92,9 @@ def _mask_path(document: Any, path: list[Any]) -> bool:
         or isinstance(node, list)
         and isinstance(last, int)
         and -len(node) <= last < len(node)
-    ):
-        if node[last] != FLAGGED:
-            node[last] = FLAGGED
-            return True
+    ) and node[last] != FLAGGED:
+        node[last] = FLAGGED
+        return True
     return False
 
 
@@ -104,10 +104,12 @@ def _mask_path(document: Any, path: list[Any]) -> bool:
 def mask_string(text: str, *, secret: bool = False) -> str:
     """One string leaf for display: `***` when it sits under a secret-bearing name or is
     a credential as a whole; else with each credential shape inside it masked."""
-    if text == MASK or ("{{resolve:" in text and is_masked(text)):
+    if not text or text == MASK or ("{{resolve:" in text and is_masked(text)):
         return text
     if secret:
-        return MASK if text else text
+        return MASK
+    if not might_hold_shape(text):
+        return text  # most leaves: ids, ARNs, names
     masked = _SHAPES(text)
     if shape_hits(text):
         labels, _whole = shape_labels(text)
@@ -118,46 +120,53 @@ def mask_string(text: str, *, secret: bool = False) -> str:
     return masked
 
 
-def mask_document(document: Any) -> tuple[Any, bool]:
+@functools.lru_cache(maxsize=8192)
+def _named(key: str, rtype: str | None) -> bool:
+    """The scan's secret-carrying names and the display's wider `secret_name`; cached:
+    the same few hundred names repeat in every row of a record."""
+    return secret_property(key, rtype) or secret_name(key)
+
+
+def mask_document(document: Any, *, pairs: bool = True) -> tuple[Any, bool]:
     """`document` (decoded JSON, changed in place) with every detector applied; and
-    whether anything changed. Iterative: a record nested as deep as the JSON decoder
-    allows never hits Python's recursion limit here."""
+    whether anything changed. `pairs=False` skips the access-key-pair rule (the body
+    holds no access key id). Iterative: a record nested as deep as the JSON decoder
+    allows never reaches Python's recursion limit here."""
+    if isinstance(document, str):
+        masked = mask_string(document)
+        return masked, masked != document
     changed = False
-    root: list[Any] = [document]
-    # (container, slot, value, resource type, under a secret-bearing name, is the record root)
-    todo: list[tuple[Any, Any, Any, str | None, bool, bool]] = [(root, 0, document, None, False, True)]
+    # (container, resource type, under a secret-bearing name, is the record's root)
+    todo: list[tuple[Any, str | None, bool, bool]] = [(document, None, False, True)]
     while todo:
-        parent, slot, value, rtype, secret, is_root = todo.pop()
-        if isinstance(value, str):
-            new = mask_string(value, secret=secret)
-            if new != value:
-                parent[slot] = new
-                changed = True
-        elif secret and isinstance(value, int | float) and not isinstance(value, bool):
-            parent[slot] = MASK
-            changed = True
-        elif isinstance(value, dict):
-            declared = value.get("resourceType")
+        node, rtype, secret, is_root = todo.pop()
+        if isinstance(node, dict):
+            declared = node.get("resourceType")
             if isinstance(declared, str):
                 rtype = declared
-            pair = any(isinstance(v, str) and has_access_key_id(v) for v in value.values())
-            for key, child in value.items():
-                if pair and isinstance(child, str) and is_secret_key_shape(child):
-                    value[key] = MASK  # the secret half of an access key pair
+            pair = pairs and any(isinstance(v, str) and has_access_key_id(v) for v in node.values())
+            items: Any = node.items()
+        else:
+            pair, items = False, enumerate(node)
+        for key, child in items:
+            named = secret or (isinstance(key, str) and _named(key, rtype))
+            if isinstance(child, str):
+                # `pair`: the secret half of an access key pair beside its key id
+                new = MASK if pair and not named and is_secret_key_shape(child) else mask_string(child, secret=named)
+                if new != child:
+                    node[key] = new
                     changed = True
-                    continue
-                named = not secret and isinstance(key, str) and (secret_property(key, rtype) or secret_name(key))
+            elif isinstance(child, dict | list):
                 if is_root and key == "resources" and isinstance(child, dict):
-                    # Logical ids name resources, not values: "DbPassword" the resource
-                    # is not a password. Its rows are walked as rows.
-                    for lid, row in child.items():
-                        todo.append((child, lid, row, rtype, False, False))
+                    # Logical ids name resources, not values ("DbPasswordRotation" is a
+                    # queue): each row is walked as a row, under no name.
+                    todo.extend((row, rtype, False, False) for row in child.values() if isinstance(row, dict | list))
                     continue
-                todo.append((value, key, child, rtype, secret or named, False))
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                todo.append((value, i, item, rtype, secret, False))
-    return root[0], changed
+                todo.append((child, rtype, named, False))
+            elif named and isinstance(child, int | float) and not isinstance(child, bool):
+                node[key] = MASK
+                changed = True
+    return document, changed
 
 
 def mask_text(text: str) -> str:
@@ -188,10 +197,12 @@ def mask_bytes(body: bytes, paths: list[list[Any]] = ()) -> bytes:  # type: igno
         for path in paths:
             if path and FLAGGED not in path:
                 changed = _mask_path(document, path) or changed
-        document, detected = mask_document(document)
+        pairs = ACCESS_KEY_ID.search(body.decode("utf-8", "replace")) is not None
+        document, detected = mask_document(document, pairs=pairs)
         if not (changed or detected):
             return body
-        return js_stringify(document, indent=2).encode("utf-8", "surrogatepass")
+        # JSON.stringify(value, null, 2)'s layout, at C speed (js_stringify is pure Python).
+        return json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8", "surrogatepass")
     except Exception:  # noqa: BLE001 - fail closed: a page shows `***`, never the record unmasked
         return json.dumps(MASK).encode()
 
