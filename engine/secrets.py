@@ -386,8 +386,10 @@ def shape_labels(text: str) -> tuple[list[str], bool]:
         if m:
             labels.append(label)
             whole = whole or (m.start() == 0 and m.end() == len(text))
-    if ("AKIA" in text or "ASIA" in text) and ACCESS_KEY_ID.search(text) and SECRET_ACCESS_KEY.search(
-        ACCESS_KEY_ID.sub(" ", text)
+    if (
+        ("AKIA" in text or "ASIA" in text)
+        and ACCESS_KEY_ID.search(text)
+        and SECRET_ACCESS_KEY.search(ACCESS_KEY_ID.sub(" ", text))
     ):
         labels.append(SECRET_KEY_LABEL)
     return labels, whole

@@ -160,7 +160,10 @@ def test_the_url_pattern_masks_exactly_what_the_old_one_did(text):
     "text,masked",
     [
         ("postgres://payments:Paym3nts-Db-Passw0rd-2024@db:5432/p", "postgres://payments:***@db:5432/p"),
-        ("redis://default:s3cret@cache:6379 and https://u:p@h/x", "redis://default:***@cache:6379 and https://u:***@h/x"),
+        (
+            "redis://default:s3cret@cache:6379 and https://u:p@h/x",
+            "redis://default:***@cache:6379 and https://u:***@h/x",
+        ),
         ("https://example.com/a:b@c", "https://example.com/a:b@c"),  # '/' ends the authority
         ("mailto:someone@example.com", "mailto:someone@example.com"),
     ],
