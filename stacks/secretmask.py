@@ -127,11 +127,12 @@ def _named(key: str, rtype: str | None) -> bool:
     return secret_property(key, rtype) or secret_name(key)
 
 
-def mask_document(document: Any, *, pairs: bool = True) -> tuple[Any, bool]:
+def mask_document(document: Any, *, pairs: bool = True, names: bool = True) -> tuple[Any, bool]:
     """`document` (decoded JSON, changed in place) with every detector applied; and
     whether anything changed. `pairs=False` skips the access-key-pair rule (the body
-    holds no access key id). Iterative: a record nested as deep as the JSON decoder
-    allows never reaches Python's recursion limit here."""
+    holds no access key id); `names=False` the secret-bearing names (a document whose keys
+    are not property names, such as a plan). Iterative: a record nested as deep as the
+    JSON decoder allows never reaches Python's recursion limit here."""
     if isinstance(document, str):
         masked = mask_string(document)
         return masked, masked != document
@@ -149,7 +150,7 @@ def mask_document(document: Any, *, pairs: bool = True) -> tuple[Any, bool]:
         else:
             pair, items = False, enumerate(node)
         for key, child in items:
-            named = secret or (isinstance(key, str) and _named(key, rtype))
+            named = secret or (names and isinstance(key, str) and _named(key, rtype))
             if isinstance(child, str):
                 # `pair`: the secret half of an access key pair beside its key id
                 new = MASK if pair and not named and is_secret_key_shape(child) else mask_string(child, secret=named)
@@ -180,6 +181,25 @@ def mask_text(text: str) -> str:
         return match.group(0)
 
     return _SHAPES(_PAIR.sub(pair, text))
+
+
+def mask_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """An operation's plan as its pages show it: credential shapes masked in every string
+    (summary, changes, warnings, data), and both values of a reference rewrite whose path
+    ends in a secret-bearing name. The stored plan (and its digest) stay as they are."""
+    try:
+        copy = json.loads(json.dumps(plan, default=str))
+    except (TypeError, ValueError, RecursionError):
+        return {"summary": MASK}
+    data = copy.get("data") if isinstance(copy, dict) else None
+    rewrites = data.get("rewrites") if isinstance(data, dict) else None
+    for entry in rewrites if isinstance(rewrites, list) else []:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        last = str(path).rsplit(".", 1)[-1] if isinstance(path, str) else path[-1] if path else None
+        if isinstance(path, list | str) and isinstance(last, str) and _named(last, None):
+            entry.update({k: MASK for k in ("before", "after") if k in entry})
+    masked, _changed = mask_document(copy, names=False)
+    return masked
 
 
 # --- the body a page or a download gets ---------------------------------------------------------

@@ -48,6 +48,7 @@ from stacks.models import (
     Role,
     Stack,
 )
+from stacks.secretmask import mask_plan
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.detail import parse_stack
 
@@ -215,6 +216,7 @@ def scrub_rows(data: Any) -> list[dict[str, Any]]:
 
 
 def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
+    plan = mask_plan(plan)  # shown masked: a rewrite resolves values out of the record
     changes = change_rows(plan.get("changes"))
     return {
         "plan": plan,

@@ -149,6 +149,8 @@ def test_a_viewer_gets_403_for_reveal_until_an_admin_grants_the_right(world):
 
     membership = Membership.objects.get(user=vera_user, account=world["prod"])
     grant = reverse("account_member_reveal", args=[A1, membership.pk])
+    people_page = ada.get(reverse("account_settings", args=[A1])).content.decode()
+    assert 'id="reveal-vera"' in people_page and f'action="{grant}"' in people_page
     assert vera.post(grant, {"can_reveal": "on"}).status_code == 403  # only an admin grants it
     assert ada.post(grant, {"can_reveal": "on"}).status_code == 302
     membership.refresh_from_db()
