@@ -222,7 +222,10 @@ def mask_bytes(body: bytes, paths: list[list[Any]] = ()) -> bytes:  # type: igno
         if not (changed or detected):
             return body
         # JSON.stringify(value, null, 2)'s layout, at C speed (js_stringify is pure Python).
-        return json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        try:
+            return json.dumps(document, indent=2, ensure_ascii=False).encode()
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"): keep it an escape, valid UTF-8
+            return json.dumps(document, indent=2).encode()
     except Exception:  # noqa: BLE001 - fail closed: a page shows `***`, never the record unmasked
         return json.dumps(MASK).encode()
 

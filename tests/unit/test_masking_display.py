@@ -136,6 +136,12 @@ def test_it_masks_flagged_paths_and_a_damaged_body_as_text():
     assert mask_text('"Password":"a\\"b" ') == '"Password": "***" '
 
 
+def test_a_masked_body_stays_valid_utf8_json_with_lone_surrogates_and_unicode():
+    body = b'{"outputs": {"DbPassword": "x-1234", "Odd": "\\ud800", "Name": "caf\xc3\xa9"}}'
+    masked = mask_bytes(body)
+    assert json.loads(masked.decode("utf-8")) == {"outputs": {"DbPassword": MASK, "Odd": "\ud800", "Name": "café"}}
+
+
 def test_a_record_nested_as_deep_as_json_allows_masks_without_recursion():
     depth = 100_000
     body = ('{"a":' * depth + '"password=hunter2"' + "}" * depth).encode()
