@@ -97,6 +97,36 @@ SECRET_PROPERTY_NAMES_BY_TYPE: dict[str, frozenset[str]] = {
     "AWS::Lightsail::Database": frozenset({"MasterUserPassword"}),
 }
 
+# Words that, ending a property or output name, say it holds a secret ("DbPassword",
+# "ApiKey", "GITHUB_TOKEN", "client_secret"). Used to mask for display before any scan (a
+# wider net than the scan's names, which a scrub rewrites); names that END in another word
+# ("SecretArn", "PasswordPolicy", "TokenUrl", "PasswordLength") name, not hold, a secret.
+SECRET_NAME_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "secret", "token", "credentials"})
+SECRET_NAME_WORDS |= {w + "s" for w in SECRET_NAME_WORDS if not w.endswith("s")}
+SECRET_NAME_PAIRS = frozenset(
+    {("api", "key"), ("private", "key"), ("secret", "key"), ("auth", "key"), ("access", "key")}
+)
+_NAME_WORDS = re.compile(r"[A-Z]{2,}(?=[A-Z][a-z]|[^A-Za-z]|$)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+NAME_LENGTH_LIMIT = 256  # longer keys are data, not names; never split them
+
+
+def secret_name(name: str) -> bool:
+    """True when a property, attribute, variable or output called `name` holds a secret
+    by its name alone (see SECRET_NAME_WORDS); `AccessKeyId`, `SecretArn` do not."""
+    if not isinstance(name, str) or not name or len(name) > NAME_LENGTH_LIMIT:
+        return False
+    if name in SECRET_PROPERTY_NAMES:
+        return True
+    words = [w.lower() for w in _NAME_WORDS.findall(name)]
+    if not words:
+        return False
+    if words[-1] in SECRET_NAME_WORDS:
+        return True
+    if words[-1] == "key" and len(words) >= 2 and (words[-2], "key") in SECRET_NAME_PAIRS:
+        return True
+    return words[-1] in ("apikey", "privatekey", "secretkey", "authkey")
+
+
 # High-confidence credential shapes: (label, pattern). Each pattern is specific enough to
 # be worth `***` on sight; none matches ordinary ids, ARNs or hashes.
 SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -108,6 +138,17 @@ SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("credential shape: Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
     ("credential shape: npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
 )
+# Per shape, literals one of which every match holds: a shape runs only over a text
+# holding one (a 1 MB string pays one pass per shape it can match, not one per shape).
+_SHAPE_LITERALS: dict[str, tuple[str, ...]] = {
+    "credential shape: PEM private key": ("PRIVATE KEY-----",),
+    "credential shape: PuTTY private key": ("PuTTY-User-Key-File-",),
+    "credential shape: GitHub token": ("gh", "github_pat_"),
+    "credential shape: Slack token": ("xox",),
+    "credential shape: Stripe secret key": ("k_live_",),
+    "credential shape: Google API key": ("AIza",),
+    "credential shape: npm token": ("npm_",),
+}
 ACCESS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 # An AWS secret access key: 40 characters of base64 without padding. Alone this shape is
 # too common (a sha1 hex is 40 characters too) to flag; beside an access key id (in the
@@ -339,11 +380,17 @@ def shape_labels(text: str) -> tuple[list[str], bool]:
     labels: list[str] = []
     whole = False
     for label, pattern in SHAPES:
+        if not any(literal in text for literal in _SHAPE_LITERALS[label]):
+            continue
         m = pattern.search(text)
         if m:
             labels.append(label)
             whole = whole or (m.start() == 0 and m.end() == len(text))
-    if ACCESS_KEY_ID.search(text) and SECRET_ACCESS_KEY.search(ACCESS_KEY_ID.sub(" ", text)):
+    if (
+        ("AKIA" in text or "ASIA" in text)
+        and ACCESS_KEY_ID.search(text)
+        and SECRET_ACCESS_KEY.search(ACCESS_KEY_ID.sub(" ", text))
+    ):
         labels.append(SECRET_KEY_LABEL)
     return labels, whole
 
@@ -354,7 +401,7 @@ def is_secret_key_shape(text: str) -> bool:
 
 
 def has_access_key_id(text: str) -> bool:
-    return ACCESS_KEY_ID.search(text) is not None
+    return ("AKIA" in text or "ASIA" in text) and ACCESS_KEY_ID.search(text) is not None
 
 
 def secret_property(name: str, resource_type: str | None) -> bool:

@@ -237,6 +237,12 @@ class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
 
 
+class MemberRevealForm(forms.Form):
+    """Grant (`on`) or withdraw (absent) a member's reveal right."""
+
+    can_reveal = forms.BooleanField(required=False)
+
+
 # --- events --------------------------------------------------------------------------------
 
 

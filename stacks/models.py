@@ -112,6 +112,9 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    # The reveal right: download a record's stored bytes unmasked (audited). Admins hold it
+    # whatever this says (`stacks.secretmask.may_reveal`); an admin grants it to others.
+    can_reveal = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "account"], name="one_role_per_account")]

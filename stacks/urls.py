@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.urls import include, path
 
 from stacks import views
+from stacks.views.detail import stack_reveal
+from stacks.views.people import account_member_reveal
 
 STACK = "stacks/<str:account_id>/<str:region_slug>/<str:stack_name>/"
 
@@ -17,6 +19,8 @@ stack_patterns = [
     path("", views.stack_detail, name="stack"),
     path("json/", views.stack_json, name="stack_json"),
     path("download/", views.stack_download, name="stack_download"),
+    # POST only: the verbatim bytes (current, or `version_id`), audited; needs the reveal right.
+    path("reveal/", stack_reveal, name="stack_reveal"),
     path("history/", views.stack_history, name="stack_history"),
     path("history/diff/", views.stack_diff, name="stack_diff"),
     # S3 version ids may contain "/" and "+".
@@ -39,6 +43,7 @@ account_patterns = [
     path("members/", views.account_member_add, name="account_member_add"),
     path("members/<int:membership_id>/", views.account_member_change, name="account_member_change"),
     path("members/<int:membership_id>/remove/", views.account_member_remove, name="account_member_remove"),
+    path("members/<int:membership_id>/reveal/", account_member_reveal, name="account_member_reveal"),
 ]
 
 urlpatterns = [

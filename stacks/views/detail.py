@@ -10,21 +10,24 @@ from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from engine.errors import EngineError
 from engine.schema import ParsedRecord, parse_state
+from stacks import audit, history
 from stacks.access import get_stack_or_404, has_role
 from stacks.forms import ResourceFilterForm
 from stacks.models import Lock, Role, SecretFinding, Stack, now_ms
-from stacks.secretmask import masked_body
+from stacks.secretmask import masked_body, may_reveal
 from stacks.views import present
-from stacks.views.common import AuthedRequest, is_partial
+from stacks.views.common import AuthedRequest, actor, engine_error, is_partial
 from stacks.views.events import stack_runs
 
 
 def parse_stack(stack: Stack) -> ParsedRecord:
-    """The mirrored body, parsed, with what the secret scan flagged masked. A legacy key
-    names no region, so only the key's region counts."""
+    """The mirrored body, parsed, masked for display (`stacks.secretmask`: detectors and
+    what the secret scan flagged). A legacy key names no region, so only the key's region
+    counts."""
     return parse_state(masked_body(stack, bytes(stack.body)), key_region=None if stack.legacy else stack.region)
 
 
@@ -106,16 +109,69 @@ def stack_json(request: AuthedRequest, account_id: str, region_slug: str, stack_
     if parsed.data is not None:
         text = json.dumps(parsed.data, indent=2, ensure_ascii=False)
     else:
-        text = bytes(stack.body).decode("utf-8", errors="replace")
-    return render(request, "stacks/json.html", {"stack": stack, "text": text, "is_json": parsed.data is not None})
+        text = parsed.raw.decode("utf-8", errors="replace")  # the masked body, as text
+    context = {
+        "stack": stack,
+        "text": text,
+        "is_json": parsed.data is not None,
+        "can_reveal": may_reveal(request.user, stack.account),
+    }
+    return render(request, "stacks/json.html", context)
+
+
+def _attachment(stack: Stack, body: bytes, suffix: str = "") -> HttpResponse:
+    filename = f"{stack.stack_name}.{stack.region_slug}{suffix}.state.json"
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = content_disposition_header(True, filename)
+    response["Cache-Control"] = "no-store, private"
+    return response
 
 
 @require_GET
 def stack_download(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
-    """The stored bytes, verbatim, even when damaged."""
+    """The record as every page shows it: masked (detectors and scan findings). The same
+    bytes as stored, with the stored ETag, when nothing in it is masked."""
     stack = _load(request, account_id, region_slug, stack_name)
-    filename = f"{stack.stack_name}.{stack.region_slug}.state.json"
-    response = HttpResponse(bytes(stack.body), content_type="application/json")
-    response["Content-Disposition"] = content_disposition_header(True, filename)
-    response["ETag"] = stack.etag
+    stored = bytes(stack.body)
+    body = masked_body(stack, stored)
+    response = _attachment(stack, body)
+    response["X-Cdkd-Masked"] = "no" if body == stored else "yes"
+    if body == stored:
+        response["ETag"] = stack.etag
     return response
+
+
+@require_POST
+def stack_reveal(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
+    """The stored bytes verbatim (the current record, or the version named by
+    `version_id`), for a person with the account's reveal right; audited first."""
+    stack = _load(request, account_id, region_slug, stack_name)
+    if not may_reveal(request.user, stack.account):
+        context = {"title": "Not revealed", "status": 403}
+        context["message"] = f"Only people with the reveal right on {stack.account} can download the stored bytes."
+        return render(request, "stacks/operation_error.html", context, status=403)
+    version_id = (request.POST.get("version_id") or "").strip()
+    if len(version_id) > 1024:
+        context = {"title": "Not revealed", "status": 400, "message": "That is not a version id."}
+        return render(request, "stacks/operation_error.html", context, status=400)
+    if version_id:
+        try:
+            stored = history.get_version(stack, version_id, actor=actor(request))
+        except EngineError as exc:
+            return engine_error(request, stack, exc, doing=f"Reading version {version_id}")
+        body, etag = stored.body, stored.etag
+    else:
+        body, etag = bytes(stack.body), stack.etag
+    audit.record(
+        "reveal",
+        actor=request.user.get_username(),
+        actor_user=request.user,
+        account=stack.account,
+        stack_name=stack.stack_name,
+        region=stack.region or "",
+        etag_before=etag,
+        result="ok",
+        client_address=audit.client_ip(request),
+        details={"key": stack.key, "version": version_id or "current", "bytes": len(body)},
+    )
+    return _attachment(stack, body, f".{version_id[:32]}" if version_id else "")

@@ -2,6 +2,8 @@
 
 S3 is read through `stacks.history` (never boto3 here). An engine failure becomes a page
 with its message: 404 for a version that does not exist, 502 for AWS refusing or failing.
+Every body shown (a version, either side of a diff) is masked by `stacks.secretmask`; the
+verbatim bytes of a version come only through the audited Reveal action.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from stacks import diff, history
 from stacks.access import get_stack_or_404, has_role
 from stacks.forms import DiffForm
 from stacks.models import Role
-from stacks.secretmask import masked_body
+from stacks.secretmask import masked_body, may_reveal
 from stacks.views import present
 from stacks.views.common import AuthedRequest, actor, engine_error
 from stacks.views.detail import parse_stack
@@ -71,6 +73,7 @@ def stack_version(
         "resource_count": len(parsed.resource_rows()),
         "output_count": len(parsed.outputs()),
         "text": text,
+        "can_reveal": may_reveal(request.user, stack.account),
     }
     return render(request, "stacks/version.html", context)
 

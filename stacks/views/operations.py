@@ -28,7 +28,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from engine.errors import EngineError
 from engine.operations import OperationRefused
-from stacks import operations
+from stacks import audit, operations
 from stacks.access import accounts_for, get_stack_or_404, has_role, role_on
 from stacks.audit import client_ip
 from stacks.forms import (
@@ -48,6 +48,7 @@ from stacks.models import (
     Role,
     Stack,
 )
+from stacks.secretmask import mask_plan
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.detail import parse_stack
 
@@ -215,6 +216,7 @@ def scrub_rows(data: Any) -> list[dict[str, Any]]:
 
 
 def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
+    plan = mask_plan(plan)  # shown masked: a rewrite resolves values out of the record
     changes = change_rows(plan.get("changes"))
     return {
         "plan": plan,
@@ -257,6 +259,24 @@ def _missing_confirmation(kind: str, stack: Stack, form: OperationParamsForm, pa
         form.add_error("confirm_purge", "Tick the purge confirmation: deleting old versions cannot be undone.")
         return True
     return False
+
+
+def _audit_secret_read(request: AuthedRequest, stack: Stack, data: dict[str, Any] | None, error: str) -> None:
+    """A scrub preview reads every Secrets Manager and SSM SecureString value of the
+    account (to find them in the record): each such read is audited, like a reveal."""
+    regions = data.get("regions") if isinstance(data, dict) else None
+    audit.record(
+        "secrets.read",
+        actor=request.user.get_username(),
+        actor_user=request.user,
+        account=stack.account,
+        stack_name=stack.stack_name,
+        region=stack.region or "",
+        result="failed" if error else "ok",
+        error=error[:500],
+        client_address=client_ip(request),
+        details={"purpose": "scrub preview", "services": ["secretsmanager", "ssm"], "regions": regions or []},
+    )
 
 
 @never_cache
@@ -320,7 +340,11 @@ def operation_new(
     except OperationRefused as exc:
         return render(request, "stacks/operation_new.html", {**context, "refusal": str(exc)}, status=409)
     except EngineError as exc:
+        if kind == OperationKind.SCRUB:
+            _audit_secret_read(request, stack, None, str(exc))
         return render(request, "stacks/operation_new.html", {**context, "engine_error": str(exc)}, status=502)
+    if kind == OperationKind.SCRUB:
+        _audit_secret_read(request, stack, plan.data, "")
     context.update(plan_context(plan.as_json()), digest=plan.digest, params=params)
     context["unreadable_lock"] = unreadable or (
         kind == OperationKind.FORCE_UNLOCK and plan.data.get("unreadable") is True

@@ -1,5 +1,6 @@
 """An account's settings: the approval policy per operation kind and the people with a role
-on it. Only the account's admins (and superusers) see or change them: others with a role get
+on it, with each one's reveal right (download a record's stored bytes unmasked; admins hold
+it by role). Only the account's admins (and superusers) see or change them: others with a role get
 403, outsiders 404. Every change is recorded in the audit log."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from stacks import audit
 from stacks.access import get_account_or_404, has_role
-from stacks.forms import MemberAddForm, MemberRoleForm, PolicyForm
+from stacks.forms import MemberAddForm, MemberRevealForm, MemberRoleForm, PolicyForm
 from stacks.models import Account, ApprovalPolicy, Membership, OperationKind
 from stacks.views.common import AuthedRequest
 from stacks.views.operations import refusal
@@ -180,4 +181,25 @@ def account_member_remove(request: AuthedRequest, account_id: str, membership_id
         membership.delete()
         _record(request, "membership.changed", account, f"{username}: {old}->none")
     messages.success(request, f"{username} no longer has a role on {account}.")
+    return redirect("account_settings", account_id=account.account_id)
+
+
+@require_POST
+def account_member_reveal(request: AuthedRequest, account_id: str, membership_id: int) -> HttpResponse:
+    """Grant or withdraw a member's reveal right (admins hold it by role whatever this says)."""
+    account = _admin_account(request, account_id)
+    if isinstance(account, HttpResponse):
+        return account
+    membership = _membership(request, account, membership_id)
+    form = MemberRevealForm(request.POST)
+    if not form.is_valid():
+        return _settings_page(request, account, status=400)
+    new = form.cleaned_data["can_reveal"]
+    name = membership.user.get_username()
+    if membership.can_reveal != new:
+        with transaction.atomic():
+            membership.can_reveal = new
+            membership.save(update_fields=["can_reveal"])
+            _record(request, "membership.changed", account, f"{name}: reveal {'granted' if new else 'withdrawn'}")
+    messages.success(request, f"{name} {'may' if new else 'may no longer'} reveal stored records of {account}.")
     return redirect("account_settings", account_id=account.account_id)

@@ -99,6 +99,8 @@ RULES: dict[str, Rule] = {
     "stack": Rule(stack_kwargs, get=READ_A),
     "stack_json": Rule(stack_kwargs, get=READ_A),
     "stack_download": Rule(stack_kwargs, get=READ_A),
+    # The verbatim bytes: the reveal right (admins by role; a viewer only when granted).
+    "stack_reveal": Rule(stack_kwargs, post=on_a(404, 403, 403, 403, 200)),
     "stack_history": Rule(stack_kwargs, get=READ_A),
     "stack_diff": Rule(stack_kwargs, get=READ_A, query="?a=v1&b=current"),
     "stack_version": Rule(lambda w: {**stack_kwargs(w), "version_id": "v1"}, get=READ_A),
@@ -136,6 +138,7 @@ RULES: dict[str, Rule] = {
     ),
     "account_member_change": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"role": "operator"}),
     "account_member_remove": Rule(member_kwargs, post=ADMIN_ACTION),
+    "account_member_reveal": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"can_reveal": "on"}),
 }
 
 

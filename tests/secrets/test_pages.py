@@ -334,7 +334,7 @@ def test_scrub_shows_changes_by_path_says_rotate_and_confirms_the_purge_separate
     assert response.status_code == 302 and Operation.objects.count() == 2
 
 
-def test_it_masks_flagged_values_on_the_stack_and_json_pages_but_not_the_download(client, prod, vera):
+def test_it_masks_flagged_values_on_every_page_and_the_download_and_reveals_only_to_admins(client, prod, vera, ada):
     from tests.views.conftest import make_stack, record, resource_row
 
     data = record(
@@ -356,7 +356,12 @@ def test_it_masks_flagged_values_on_the_stack_and_json_pages_but_not_the_downloa
         body = client.get(url).content.decode()
         assert "hunter2-s3cr3t" not in body, url
     assert "***" in client.get(reverse("stack_json", kwargs=kw)).content.decode()
-    assert b"hunter2-s3cr3t" in client.get(reverse("stack_download", kwargs=kw)).content  # the stored bytes, verbatim
+    assert b"hunter2-s3cr3t" not in client.get(reverse("stack_download", kwargs=kw)).content
+    assert client.post(reverse("stack_reveal", kwargs=kw)).status_code == 403  # a viewer has no reveal right
+
+    login(client, ada)  # an admin has it by role
+    revealed = client.post(reverse("stack_reveal", kwargs=kw))
+    assert revealed.status_code == 200 and revealed.content == bytes(stack.body)  # the stored bytes, verbatim
 
 
 def test_it_shows_the_last_scan_of_an_account_scanned_with_others(client, prod, vera):

@@ -168,3 +168,82 @@ def people(*accounts: Account) -> dict[str, User]:
             Membership.objects.create(user=user, account=account, role=role)
         made[name] = user
     return made
+
+
+# --- demo-like leaks that the detectors catch before any scan ----------------------------------
+# Shaped like engine.demo.plant_leaked_secrets (`Prod-PaymentsLegacy`): plaintext written
+# before cdkd masked it, under secret-bearing names and in credential shapes.
+
+LEAKY = "Payments"
+LEAKY_KEY = f"cdkd/{LEAKY}/us-east-1/state.json"
+DEMO_PW = "Paym3nts-Db-Passw0rd-2024"
+DEMO_API = "pk_live_51DemoKeyForTheScrubPage9xQ"
+DEMO_GH = "ghp_" + "D3moGitHubToken0123456789abcdefghijKL"
+DEMO_CONF_PW = "Hunter2-in-a-conn-string"
+DEMO_AKID = "AKIAIOSFODNN7DEMO0KEY"[:20]
+DEMO_SAK = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYDEMOKEY0x1"
+DEMO_PEM_BODY = "MIIEowIBAAKCAQEAdemoPEMbodyNotARealKey0123"
+DEMO_PEM = f"-----BEGIN RSA PRIVATE KEY-----\n{DEMO_PEM_BODY}\n-----END RSA PRIVATE KEY-----"
+DEMO_BEARER = "eyJhbGciOiJIUzI1NiJ9.demoBearerToken.sig0123"
+DEMO_SECRETS = (DEMO_PW, DEMO_API, DEMO_GH, DEMO_CONF_PW, DEMO_AKID, DEMO_SAK, DEMO_PEM_BODY, DEMO_BEARER)
+
+
+def leaky_records() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(older, current) versions of the `Payments` record."""
+    db = {
+        "physicalId": "payments-legacy-db",
+        "resourceType": "AWS::RDS::DBInstance",
+        "properties": {
+            "DBInstanceIdentifier": "payments-legacy-db",
+            "MasterUsername": "payments",
+            "MasterUserPassword": "{{resolve:secretsmanager:arn:aws:secretsmanager:us-east-1:111111111111:"
+            "secret:prod/payments/db-AbCdEf:SecretString:password::}}",
+        },
+        "attributes": {"Endpoint.Address": "payments-legacy-db.demo.us-east-1.rds.amazonaws.com"},
+        "provisionedBy": "sdk",
+    }
+    older = {"version": 8, "stackName": LEAKY, "region": REGION, "lastModified": 1760000000000}
+    older["resources"] = {"Db": {**db, "properties": {**db["properties"], "MasterUserPassword": DEMO_PW}}}
+    older["outputs"] = {}
+    fn = {
+        "physicalId": "payments-fn",
+        "resourceType": "AWS::Lambda::Function",
+        "properties": {
+            "Environment": {
+                "Variables": {
+                    "GITHUB_TOKEN": DEMO_GH,
+                    "CONFIG": f"host=db;password={DEMO_CONF_PW};port=5432",
+                    "AWS_ACCESS_KEY_ID": DEMO_AKID,
+                    "AWS_KEY_MATERIAL": DEMO_SAK,  # a name that says nothing: the pair rule
+                    "SIGNING_KEY_PEM": DEMO_PEM,
+                    "UPSTREAM_AUTH": f"Authorization: Bearer {DEMO_BEARER}",
+                    "PLAIN": "hello-visible",
+                }
+            }
+        },
+        "attributes": {"Arn": "arn:aws:lambda:us-east-1:111111111111:function:payments-fn"},
+    }
+    # A logical id that reads like a secret name is a name, not a value: it stays visible.
+    queue = {"physicalId": "q-db-password-rotation", "resourceType": "AWS::SQS::Queue", "properties": {}}
+    current = {"version": 11, "stackName": LEAKY, "region": REGION, "lastModified": 1790000000000}
+    current["resources"] = {
+        "Db": {**db, "attributes": {**db["attributes"], "ApiKey": DEMO_API}},
+        "Fn": fn,
+        "DbPasswordRotation": queue,
+    }
+    current["outputs"] = {"DbUrl": f"postgres://payments:{DEMO_PW}@payments-legacy-db:5432/payments"}
+    current["exportNames"] = []
+    return older, current
+
+
+def plant_leaky(aws, bucket: str = BUCKET1) -> dict[str, str]:
+    """The two versions of `Payments` in A1's bucket (made if missing); their version ids."""
+    try:
+        aws.make_bucket(A1, bucket)
+    except Exception:  # noqa: BLE001 - plant() made it already
+        pass
+    older, current = leaky_records()
+    return {
+        "older": aws.put(A1, bucket, LEAKY_KEY, cdkd_json(older))["VersionId"],
+        "current": aws.put(A1, bucket, LEAKY_KEY, cdkd_json(current))["VersionId"],
+    }
