@@ -321,7 +321,9 @@ def parse_environment(raw: Any, where: str) -> Environment:
     if not m:
         raise AssemblyError(where, f"environment {raw!r} is not of the form aws://account/region")
     account, region = m.group(1), m.group(2)
-    return Environment(raw, None if account == UNKNOWN_ACCOUNT else account, None if region == UNKNOWN_REGION else region)
+    return Environment(
+        raw, None if account == UNKNOWN_ACCOUNT else account, None if region == UNKNOWN_REGION else region
+    )
 
 
 def check_template(template: Any, rel: str) -> dict[str, Any]:
@@ -392,7 +394,9 @@ def read_assembly(files: dict[str, bytes]) -> Assembly:
     return Assembly(files=files, digest=assembly_digest(files), version=version, stacks=stacks)
 
 
-def _read_manifest(files: dict[str, bytes], base: str, out: list[StackArtifact], *, depth: int, seen: set[str]) -> str | None:
+def _read_manifest(
+    files: dict[str, bytes], base: str, out: list[StackArtifact], *, depth: int, seen: set[str]
+) -> str | None:
     rel = posixpath.join(base, "manifest.json") if base else "manifest.json"
     if rel in seen:
         raise AssemblyError(rel, "is read twice (a nested assembly names itself)")
@@ -457,12 +461,16 @@ def _read_stack(
         if not isinstance(target, dict):
             continue
         if target.get("type") == ASSET_MANIFEST_TYPE and asset_file is None:
-            asset_file = _join(base, (target.get("properties") or {}).get("file"), where, f"asset manifest {dep!r} file")
+            asset_file = _join(
+                base, (target.get("properties") or {}).get("file"), where, f"asset manifest {dep!r} file"
+            )
         elif target.get("type") == STACK_TYPE and dep != aid:
             dep_names.append((target.get("properties") or {}).get("stackName", dep))
     asset_manifest = None
     if asset_file is not None:
-        asset_manifest = _check_asset_manifest(_json(files, asset_file, where), asset_file, posixpath.dirname(asset_file))
+        asset_manifest = _check_asset_manifest(
+            _json(files, asset_file, where), asset_file, posixpath.dirname(asset_file)
+        )
     meta = _metadata_entries(art, files, base, where)
     paths: dict[str, str] = {}
     errors: list[str] = []

@@ -322,18 +322,42 @@ def bind_parameters(
 
 # Ref of a composite physical id (deploy-engine.md 2.3)
 _REF_LAST_SEGMENT = frozenset(
-    """AWS::ApiGateway::Model AWS::ApiGateway::RequestValidator AWS::ApiGateway::Stage
-    AWS::ApiGateway::Resource AWS::ApiGateway::Authorizer AWS::ApiGatewayV2::Stage AWS::ApiGatewayV2::Route
-    AWS::ApiGatewayV2::Integration AWS::ApiGatewayV2::Model AWS::ApiGatewayV2::Deployment
-    AWS::ApiGatewayV2::RouteResponse AWS::ApiGatewayV2::IntegrationResponse AWS::Cognito::UserPoolClient
-    AWS::Cognito::UserPoolResourceServer AWS::Cognito::UserPoolGroup AWS::Cognito::UserPoolIdentityProvider
-    AWS::Cognito::UserPoolDomain AWS::Cognito::UserPoolUser AWS::AppConfig::Environment
-    AWS::AppConfig::ConfigurationProfile AWS::AppConfig::HostedConfigurationVersion AWS::AppConfig::Deployment
-    AWS::S3Tables::Namespace AWS::Glue::Table""".split()
+    [
+        "AWS::ApiGateway::Model",
+        "AWS::ApiGateway::RequestValidator",
+        "AWS::ApiGateway::Stage",
+        "AWS::ApiGateway::Resource",
+        "AWS::ApiGateway::Authorizer",
+        "AWS::ApiGatewayV2::Stage",
+        "AWS::ApiGatewayV2::Route",
+        "AWS::ApiGatewayV2::Integration",
+        "AWS::ApiGatewayV2::Model",
+        "AWS::ApiGatewayV2::Deployment",
+        "AWS::ApiGatewayV2::RouteResponse",
+        "AWS::ApiGatewayV2::IntegrationResponse",
+        "AWS::Cognito::UserPoolClient",
+        "AWS::Cognito::UserPoolResourceServer",
+        "AWS::Cognito::UserPoolGroup",
+        "AWS::Cognito::UserPoolIdentityProvider",
+        "AWS::Cognito::UserPoolDomain",
+        "AWS::Cognito::UserPoolUser",
+        "AWS::AppConfig::Environment",
+        "AWS::AppConfig::ConfigurationProfile",
+        "AWS::AppConfig::HostedConfigurationVersion",
+        "AWS::AppConfig::Deployment",
+        "AWS::S3Tables::Namespace",
+        "AWS::Glue::Table",
+    ]
 )
 _REF_FIRST_SEGMENT = frozenset(
-    """AWS::EC2::EIP AWS::ApiGateway::Deployment AWS::ApiGateway::DocumentationPart
-    AWS::ApiGatewayV2::Authorizer AWS::ApiGatewayV2::ApiMapping AWS::ECS::Service""".split()
+    [
+        "AWS::EC2::EIP",
+        "AWS::ApiGateway::Deployment",
+        "AWS::ApiGateway::DocumentationPart",
+        "AWS::ApiGatewayV2::Authorizer",
+        "AWS::ApiGatewayV2::ApiMapping",
+        "AWS::ECS::Service",
+    ]
 )
 
 

@@ -28,8 +28,8 @@ from engine.deploy.intrinsics import (
     NO_VALUE,
     SECRET_REF_RE,
     Context,
-    Resolver,
     ResolveError,
+    Resolver,
     contains_intrinsic,
     has_secret_reference,
     json_equal,
@@ -218,8 +218,10 @@ def preview_outputs(
     record_wide = False
     for name, out in declared.items():
         raw = out.get("Value")
-        if has_secret_reference(raw) and name in stored and not (
-            isinstance(stored[name], str) and SECRET_REF_RE.search(stored[name])
+        if (
+            has_secret_reference(raw)
+            and name in stored
+            and not (isinstance(stored[name], str) and SECRET_REF_RE.search(stored[name]))
         ):
             record_wide = True
     if merged:

@@ -27,8 +27,8 @@ from engine.deploy import replacement
 from engine.deploy.intrinsics import (
     NO_VALUE,
     Context,
-    Resolver,
     ResolveError,
+    Resolver,
     SSMCallback,
     bind_parameters,
     evaluate_conditions,
@@ -44,22 +44,61 @@ NESTED_STACK_TYPE = "AWS::CloudFormation::Stack"
 
 # the first deploy engine's resource set (deploy-engine.md 7.2)
 SUPPORTED_TYPES = frozenset(
-    """AWS::SQS::Queue AWS::SNS::Topic AWS::SSM::Parameter AWS::Logs::LogGroup AWS::S3::Bucket
-    AWS::S3::BucketPolicy AWS::IAM::Role AWS::IAM::Policy AWS::IAM::ManagedPolicy AWS::Lambda::Function
-    AWS::Lambda::Permission AWS::DynamoDB::Table AWS::SNS::Subscription AWS::SQS::QueuePolicy
-    AWS::SNS::TopicPolicy AWS::SecretsManager::Secret AWS::KMS::Key AWS::KMS::Alias""".split()
+    [
+        "AWS::SQS::Queue",
+        "AWS::SNS::Topic",
+        "AWS::SSM::Parameter",
+        "AWS::Logs::LogGroup",
+        "AWS::S3::Bucket",
+        "AWS::S3::BucketPolicy",
+        "AWS::IAM::Role",
+        "AWS::IAM::Policy",
+        "AWS::IAM::ManagedPolicy",
+        "AWS::Lambda::Function",
+        "AWS::Lambda::Permission",
+        "AWS::DynamoDB::Table",
+        "AWS::SNS::Subscription",
+        "AWS::SQS::QueuePolicy",
+        "AWS::SNS::TopicPolicy",
+        "AWS::SecretsManager::Secret",
+        "AWS::KMS::Key",
+        "AWS::KMS::Alias",
+    ]
 )
 # bucket properties the first engine writes; others would route to Cloud Control in cdkd
 S3_BUCKET_HANDLED = frozenset(
-    """BucketName VersioningConfiguration BucketEncryption PublicAccessBlockConfiguration OwnershipControls
-    LifecycleConfiguration CorsConfiguration Tags""".split()
+    [
+        "BucketName",
+        "VersioningConfiguration",
+        "BucketEncryption",
+        "PublicAccessBlockConfiguration",
+        "OwnershipControls",
+        "LifecycleConfiguration",
+        "CorsConfiguration",
+        "Tags",
+    ]
 )
 # cdkd's stateful guard (deploy-engine.md 4.5): a property-driven replacement destroys data
 STATEFUL_TYPES = frozenset(
-    """AWS::DynamoDB::Table AWS::DynamoDB::GlobalTable AWS::SecretsManager::Secret AWS::SSM::Parameter
-    AWS::Kinesis::Stream AWS::RDS::DBInstance AWS::RDS::DBCluster AWS::DocDB::DBCluster AWS::DocDB::DBInstance
-    AWS::Neptune::DBCluster AWS::Neptune::DBInstance AWS::EFS::FileSystem AWS::FSx::FileSystem
-    AWS::ECR::Repository AWS::Cognito::UserPool AWS::EC2::Volume AWS::S3::Bucket""".split()
+    [
+        "AWS::DynamoDB::Table",
+        "AWS::DynamoDB::GlobalTable",
+        "AWS::SecretsManager::Secret",
+        "AWS::SSM::Parameter",
+        "AWS::Kinesis::Stream",
+        "AWS::RDS::DBInstance",
+        "AWS::RDS::DBCluster",
+        "AWS::DocDB::DBCluster",
+        "AWS::DocDB::DBInstance",
+        "AWS::Neptune::DBCluster",
+        "AWS::Neptune::DBInstance",
+        "AWS::EFS::FileSystem",
+        "AWS::FSx::FileSystem",
+        "AWS::ECR::Repository",
+        "AWS::Cognito::UserPool",
+        "AWS::EC2::Volume",
+        "AWS::S3::Bucket",
+    ]
 )
 # in-place updates of these types move derived attributes (cdkd's in-place propagation)
 DERIVED_ATTRIBUTES = {"AWS::EC2::LaunchTemplate": frozenset({"LatestVersionNumber", "DefaultVersionNumber"})}
@@ -163,9 +202,13 @@ def references(value: Any, sub_vars: frozenset[str] = frozenset()) -> set[tuple[
                 out.add((arg[0], arg[1] if len(arg) > 1 and isinstance(arg[1], str) else None))
                 return out
             if key == "Fn::Sub":
-                body, variables = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1]) if (
-                    isinstance(arg, list) and len(arg) == 2 and isinstance(arg[1], dict)
-                ) else (None, {})
+                body, variables = (
+                    (arg, {})
+                    if isinstance(arg, str)
+                    else (arg[0], arg[1])
+                    if (isinstance(arg, list) and len(arg) == 2 and isinstance(arg[1], dict))
+                    else (None, {})
+                )
                 if isinstance(body, str):
                     for m in _SUB_RE.finditer(body):
                         name = m.group(1)
@@ -187,9 +230,7 @@ def references(value: Any, sub_vars: frozenset[str] = frozenset()) -> set[tuple[
 # --- the diff --------------------------------------------------------------------------------
 
 
-def _resolve_properties(
-    resolver: Resolver, ctx: Context, raw: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
+def _resolve_properties(resolver: Resolver, ctx: Context, raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Each top-level property resolved on its own; one that fails keeps its raw value."""
     desired: dict[str, Any] = {}
     unknown: list[str] = []
@@ -303,9 +344,7 @@ def compute_plan(
         changes[lid] = change
         if row["resourceType"] != rtype:
             change.old_type = row["resourceType"]
-            change.property_changes.append(
-                _property_change("Type", True, row["resourceType"], True, rtype, True)
-            )
+            change.property_changes.append(_property_change("Type", True, row["resourceType"], True, rtype, True))
             change.change_type = "UPDATE"
             if NESTED_STACK_TYPE in (rtype, row["resourceType"]):
                 cdkd_blocking.append(
@@ -322,7 +361,9 @@ def compute_plan(
             new, old = desired.get(key), current.get(key)
             if has_new and has_old and json_equal(new, old):
                 continue
-            rr = replacement.requires_replacement(rtype, key, old if has_old else None, new if has_new else None, region)
+            rr = replacement.requires_replacement(
+                rtype, key, old if has_old else None, new if has_new else None, region
+            )
             change.property_changes.append(_property_change(key, has_old, old, has_new, new, rr))
             if key in unknown:
                 change.known_after_apply.append(key)
@@ -333,9 +374,8 @@ def compute_plan(
             _check_service_token(stack_name, lid, current, desired, unknown, cdkd_blocking, warnings)
 
     for lid, row in rec.resources.items():
-        if lid not in resources or resources[lid]["Type"] == METADATA_TYPE:
-            if lid not in changes:
-                changes[lid] = _Change(lid, "DELETE", row["resourceType"], current=row.get("properties") or {})
+        if (lid not in resources or resources[lid]["Type"] == METADATA_TYPE) and lid not in changes:
+            changes[lid] = _Change(lid, "DELETE", row["resourceType"], current=row.get("properties") or {})
 
     replaced = _propagate(changes, resources)
     admin_replaced = _admin_replacements(changes, resources, replaced, region, warnings)
@@ -497,7 +537,9 @@ def _propagate(changes: dict[str, _Change], resources: dict[str, Any]) -> set[st
                     ):
                         continue
                     rr = replacement.hand_rule_verdict(change.resource_type, key, change.current.get(key), None) is True
-                    pc = _property_change(key, key in change.current, change.current.get(key), True, change.raw[key], rr)
+                    pc = _property_change(
+                        key, key in change.current, change.current.get(key), True, change.raw[key], rr
+                    )
                     change.property_changes.append(pc)
                     change.known_after_apply.append(key)
                     change.change_type = "UPDATE"
@@ -608,7 +650,9 @@ def _admin_blocking(
     if asset_manifest and asset_manifest.get("dockerImages"):
         out.append(f"{stack}: Docker image assets are not supported")
     referenced_no_echo = sorted(
-        n for n in bound.no_echo if any(_reads(template.get(s) or {}, n) for s in ("Resources", "Outputs", "Conditions"))
+        n
+        for n in bound.no_echo
+        if any(_reads(template.get(s) or {}, n) for s in ("Resources", "Outputs", "Conditions"))
     )
     if referenced_no_echo:
         out.append(f"{stack}: NoEcho parameters are not supported ({', '.join(referenced_no_echo)})")
@@ -634,7 +678,9 @@ def _admin_blocking(
                 out.append(f"{label}: replacing it destroys its data; a stateful replacement needs explicit consent")
         if c.change_type in ("CREATE", "UPDATE"):
             if has_secret_reference(c.raw):
-                out.append(f"{label}: secret references ({{{{resolve:secretsmanager}}}} / ssm-secure) are not supported")
+                out.append(
+                    f"{label}: secret references ({{{{resolve:secretsmanager}}}} / ssm-secure) are not supported"
+                )
             if _uses(c.raw, "Fn::Cidr"):
                 out.append(f"{label}: Fn::Cidr is not supported yet")
             res = (template.get("Resources") or {}).get(c.logical_id) or {}
@@ -665,7 +711,10 @@ def canonical_json(value: Any) -> str:
 def plan_digest(node: dict[str, Any], plan: dict[str, Any]) -> str:
     """sha256 over the canonical JSON of the node (without children) and the plan (without
     its digest): what an approval binds to."""
-    body = {"node": {k: v for k, v in node.items() if k != "children"}, "plan": {k: v for k, v in plan.items() if k != "digest"}}
+    body = {
+        "node": {k: v for k, v in node.items() if k != "children"},
+        "plan": {k: v for k, v in plan.items() if k != "digest"},
+    }
     return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
@@ -690,7 +739,11 @@ def display(value: Any) -> str:
 def _strip_unchanged(old: Any, new: Any) -> tuple[Any, Any]:
     """Unchanged sub-values dropped from both sides of an object change, for display."""
     if isinstance(old, dict) and isinstance(new, dict):
-        keys = [k for k in list(old) + [k for k in new if k not in old] if not (k in old and k in new and json_equal(old[k], new[k]))]
+        keys = [
+            k
+            for k in list(old) + [k for k in new if k not in old]
+            if not (k in old and k in new and json_equal(old[k], new[k]))
+        ]
         return {k: old[k] for k in keys if k in old}, {k: new[k] for k in keys if k in new}
     return old, new
 

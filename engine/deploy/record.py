@@ -80,9 +80,7 @@ def repair_record(data: Any, *, stack: str, region: str) -> RepairedRecord:
 
     # resources: a map of rows
     if "resources" not in data:
-        rec.repairs.append(
-            Repair("resources-missing", f"the record has no resources map; read as empty (see {show})")
-        )
+        rec.repairs.append(Repair("resources-missing", f"the record has no resources map; read as empty (see {show})"))
     else:
         resources = data["resources"]
         if not isinstance(resources, dict):
@@ -209,7 +207,8 @@ def repair_record(data: Any, *, stack: str, region: str) -> RepairedRecord:
                     )
                 )
                 rec.blocking.append(
-                    f"{stack}: rollback-orphan rows {_names(kept_torn, 5)} are malformed; cdkd deploy refuses the record"
+                    f"{stack}: rollback-orphan rows {_names(kept_torn, 5)} are malformed; "
+                    "cdkd deploy refuses the record"
                 )
 
     # exportNames: a list; not a list reads as the EMPTY export set (fail closed)

@@ -29,8 +29,10 @@ def _attribute_type_changed(old: Any, new: Any) -> bool:
         out: dict[str, str] = {}
         if isinstance(value, list):
             for d in value:
-                if isinstance(d, dict) and isinstance(d.get("AttributeName"), str) and isinstance(
-                    d.get("AttributeType"), str
+                if (
+                    isinstance(d, dict)
+                    and isinstance(d.get("AttributeName"), str)
+                    and isinstance(d.get("AttributeType"), str)
                 ):
                     out[d["AttributeName"]] = d["AttributeType"]
         return out
@@ -113,9 +115,7 @@ HAND_RULES: dict[str, HandRule] = {
         "RepositoryName", "ImageScanningConfiguration ImageTagMutability LifecyclePolicy RepositoryPolicyText Tags"
     ),
     "AWS::Logs::LogGroup": _rule("LogGroupName", "RetentionInDays KmsKeyId"),
-    "AWS::Kinesis::Stream": _rule(
-        "Name", "RetentionPeriodHours ShardCount StreamModeDetails StreamEncryption Tags"
-    ),
+    "AWS::Kinesis::Stream": _rule("Name", "RetentionPeriodHours ShardCount StreamModeDetails StreamEncryption Tags"),
     "AWS::SecretsManager::Secret": _rule(
         "Name", "Description KmsKeyId SecretString GenerateSecretString ReplicaRegions Tags"
     ),
@@ -189,9 +189,10 @@ def create_only_paths(resource_type: str, region: str = "us-east-1") -> tuple[tu
     if PROVIDER_SCHEMA_MANAGER is not None:
         for r in dict.fromkeys((region, "us-east-1")):
             try:
-                raw = list(PROVIDER_SCHEMA_MANAGER.get_resource_schema(r, resource_type).schema.get(
-                    "createOnlyProperties"
-                ) or [])
+                raw = list(
+                    PROVIDER_SCHEMA_MANAGER.get_resource_schema(r, resource_type).schema.get("createOnlyProperties")
+                    or []
+                )
                 break
             except Exception:  # unknown type or region in cfn-lint's data
                 continue
