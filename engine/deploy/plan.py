@@ -164,6 +164,7 @@ class StackPlan:
     no_echo_unchanged: int = 0
     replacements: set[str] = field(default_factory=set)
     construct_paths: dict[str, str] = field(default_factory=dict)
+    desired: dict[str, dict[str, Any]] = field(default_factory=dict)  # resolved properties, by logical id
 
     @property
     def blocking(self) -> list[str]:
@@ -451,6 +452,7 @@ def compute_plan(
         dropped=list(rec.dropped),
         replacements=admin_replaced,
         construct_paths=paths,
+        desired={lid: c.desired for lid, c in changes.items()},
     )
 
 

@@ -1,0 +1,92 @@
+"""`manage.py cdkd diff` against a moto server holding the record cdkd 0.284.40 wrote."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+A1 = "111111111111"
+BUCKET = f"cdkd-state-{A1}"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "cdkd-0.284.40"
+KEY = "cdkd/GoldenCdkStack/us-east-1/state.json"
+
+
+def cdkd(*args: str) -> str:
+    out = io.StringIO()
+    call_command("cdkd", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def diff_exit(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        call_command("cdkd", "diff", *args, stdout=out, stderr=io.StringIO())
+    except CommandError as exc:
+        return exc.returncode, out.getvalue()
+    return 0, out.getvalue()
+
+
+@pytest.fixture
+def world(aws):
+    aws.make_bucket(A1, BUCKET)
+    aws.put(A1, BUCKET, KEY, (SAMPLE / "state.json").read_bytes())
+    aws.put(A1, BUCKET, "cdkd/_index/us-east-1/exports.json", (SAMPLE / "exports.json").read_bytes())
+    cdkd("accounts", "add", "--account-id", A1, "--role-arn", f"arn:aws:iam::{A1}:role/cdkd-admin", "--name", "prod")
+    return aws
+
+
+def test_it_prints_cdkds_no_change_diff_and_the_plan_bound_to_the_record(world):
+    world.reset_counts()
+    code, out = diff_exit("--account", A1, "--app", str(SAMPLE / "assembly"), "--json", "--fail")
+    assert code == 0
+    (node,) = json.loads(out)
+    plan = node.pop("plan")
+    assert [node] == json.loads((SAMPLE / "diff-nochange.json").read_text())
+    assert plan["stateKey"] == KEY and plan["stateBucket"] == BUCKET
+    assert plan["stateEtag"] == world.etag(A1, BUCKET, KEY)
+    assert plan["blocking"] == [] and len(plan["digest"]) == 64
+    # one GET of the record; no ImportValue, so the exports index is never read
+    assert world.requests["GetObject"] == 1
+
+
+def test_it_creates_everything_for_a_new_stack_and_fails_with_fail(world, tmp_path):
+    world.delete(A1, BUCKET, KEY)
+    code, out = diff_exit("GoldenCdkStack", "--account", "prod", "--app", str(SAMPLE / "assembly"), "--fail")
+    assert code == 1
+    assert "  [+] Queue4A7E3555 (AWS::SQS::Queue)" in out
+    assert "5 to create, 0 to update, 0 to delete" in out
+    code, out = diff_exit("--account", "prod", "--app", str(SAMPLE / "assembly"), "--json")
+    assert code == 0 and json.loads(out)[0]["plan"]["stateEtag"] is None
+
+
+def test_it_exits_3_after_printing_the_preview_of_a_malformed_record(world):
+    record = json.loads((SAMPLE / "state.json").read_bytes())
+    record["outputs"] = "abc"
+    world.put(A1, BUCKET, KEY, record)
+    code, out = diff_exit("--account", A1, "--app", str(SAMPLE / "assembly"))
+    assert code == 3
+    assert out.splitlines()[0] == "Stack GoldenCdkStack (us-east-1): no changes"
+    assert "Blocking (cdkd deploy will refuse):" in out and "the outputs bag is unreadable" in out
+
+
+def test_it_refuses_an_assembly_for_another_account_and_bad_parameters(world, tmp_path):
+    app = tmp_path / "cdk.out"
+    shutil.copytree(SAMPLE / "assembly", app)
+    manifest = json.loads((app / "manifest.json").read_text())
+    other = copy.deepcopy(manifest)
+    other["artifacts"]["GoldenCdkStack"]["environment"] = "aws://999999999999/us-east-1"
+    (app / "manifest.json").write_text(json.dumps(other))
+    with pytest.raises(CommandError, match="synthesized for account 999999999999") as exc:
+        cdkd("diff", "--account", A1, "--app", str(app))
+    assert exc.value.returncode == 2
+    with pytest.raises(CommandError, match="declares a parameter named Nope") as exc:
+        cdkd("diff", "--account", A1, "--app", str(SAMPLE / "assembly"), "--parameters", "Nope=1")
+    assert exc.value.returncode == 2
