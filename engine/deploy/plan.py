@@ -15,6 +15,7 @@ reader; nothing here does I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -105,6 +106,7 @@ DERIVED_ATTRIBUTES = {"AWS::EC2::LaunchTemplate": frozenset({"LatestVersionNumbe
 DERIVED_PREFIXES = {NESTED_STACK_TYPE: ("Outputs.",)}
 
 _SUB_RE = re.compile(r"\$\{([^}]*)\}")
+PREVIOUS_NO_ECHO = "(previous NoEcho value)"
 
 
 def is_custom_resource(resource_type: str) -> bool:
@@ -322,12 +324,23 @@ def compute_plan(
     )
     evaluate_conditions(ctx)
     # resources and outputs compare a NoEcho value masked, as a v11 record stores it
-    no_echo_values = [str(bound.values[n]) for n in bound.no_echo if n in bound.values]
+    # (a NoEcho parameter fed a secret reference stays that expression, like every secret)
+    no_echo_values = [
+        str(bound.values[n]) for n in bound.no_echo if n in bound.values and not has_secret_reference(bound.values[n])
+    ]
+    real_values = dict(bound.values)
     for name in bound.no_echo:
-        if name in bound.values:
+        if name in bound.values and not has_secret_reference(bound.values[name]):
             bound.values[name] = MASK
     resources = prune_resources(template, ctx)
     resolver = Resolver(ctx)
+    # a record older than v11 holds the NoEcho value it last sent in the clear
+    pre_v11 = isinstance(rec.version, int) and not isinstance(rec.version, bool) and rec.version < 11
+    real_resolver = None
+    if no_echo_values and pre_v11:
+        real_params = dataclasses.replace(bound, values=real_values)
+        real_resolver = Resolver(dataclasses.replace(ctx, parameters=real_params))
+    no_echo_unchanged = 0
 
     changes: dict[str, _Change] = {}
     for lid, res in resources.items():
@@ -355,12 +368,22 @@ def compute_plan(
                 )
             continue
         ignore = {"Timestamp"} if is_custom_resource(rtype) else set()
+        no_echo_keys = {k for k, v in raw.items() if any(t in bound.no_echo for t, _ in references(v))}
+        if real_resolver is not None and no_echo_keys:
+            real_desired, _ = _resolve_properties(real_resolver, real_resolver.ctx, raw)
+        else:
+            real_desired = None
         for key in list(desired) + [k for k in current if k not in desired]:
             if key in ignore:
                 continue
             has_new, has_old = key in desired, key in current
             new, old = desired.get(key), current.get(key)
-            if has_new and has_old and json_equal(new, old):
+            if real_desired is not None and key in no_echo_keys:
+                if has_old and json_equal(real_desired.get(key), old):
+                    continue  # the previous NoEcho value, unchanged
+                if has_old:
+                    old = PREVIOUS_NO_ECHO
+            elif has_new and has_old and json_equal(new, old):
                 continue
             rr = replacement.requires_replacement(
                 rtype, key, old if has_old else None, new if has_new else None, region
@@ -371,6 +394,8 @@ def compute_plan(
         change.attribute_changes = _attribute_changes(res, row)
         if change.property_changes or change.attribute_changes:
             change.change_type = "UPDATE"
+        elif no_echo_keys:
+            no_echo_unchanged += 1
         if is_custom_resource(rtype):
             _check_service_token(stack_name, lid, current, desired, unknown, cdkd_blocking, warnings)
 
@@ -453,6 +478,7 @@ def compute_plan(
         replacements=admin_replaced,
         construct_paths=paths,
         desired={lid: c.desired for lid, c in changes.items()},
+        no_echo_unchanged=0 if pre_v11 else no_echo_unchanged,
     )
 
 
@@ -829,6 +855,11 @@ def _render_node(p: StackPlan, lines: list[str], indent: str) -> None:
             shown = ", ".join(display(d) for d in p.dropped[:10])
             more = f" and {len(p.dropped) - 10} more" if len(p.dropped) > 10 else ""
             lines.append(f"{indent}  dropped from the record: {shown}{more}")
+    if p.no_echo_unchanged:
+        lines.append(
+            f"{indent}  {p.no_echo_unchanged} unchanged resource(s) read a NoEcho parameter, whose value state holds "
+            "only as ***: the deploy compares it with AWS, and updates a resource whose value changed"
+        )
     for w in p.warnings:
         lines.append(f"{indent}  warning: {display(w)}")
     lines.append(f"{indent}  plan digest: {p.plan['digest']}")

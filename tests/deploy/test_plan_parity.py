@@ -684,3 +684,39 @@ def test_it_exits_1_with_fail_when_something_changes():
     p = plan(template, record({"Queue": QUEUE_ROW}))
     assert exit_code([p], fail=True) == 1
     assert exit_code([p], fail=False) == 0
+
+
+NO_ECHO = {
+    "Parameters": {"DbPass": {"Type": "String", "NoEcho": True, "Default": "correct-horse"}},
+    "Resources": {"P": res("AWS::SSM::Parameter", {"Type": "String", "Value": {"Fn::Sub": "pw=${DbPass}"}})},
+}
+
+
+def test_it_compares_a_no_echo_value_masked_against_a_v11_record_and_says_so_in_one_line():
+    p = plan(NO_ECHO, record({"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "pw=***"})}))
+    assert p.node["changes"] == [] and not p.has_changes
+    text = render_text([p])
+    assert "1 unchanged resource(s) read a NoEcho parameter" in text
+    assert exit_code([p], fail=True) == 3  # the first deploy engine refuses NoEcho parameters
+
+
+def test_it_compares_a_pre_v11_record_at_the_clear_value_and_prints_neither_side():
+    same = record({"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "pw=correct-horse"})}, version=10)
+    assert plan(NO_ECHO, same).node["changes"] == []
+    moved = record({"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "pw=old-battery"})}, version=10)
+    p = plan(NO_ECHO, moved)
+    assert p.node["changes"][0]["propertyChanges"] == [
+        {"path": "Value", "oldValue": "(previous NoEcho value)", "newValue": "pw=***", "requiresReplacement": False}
+    ]
+    out = render_json([p]) + render_text([p])
+    assert "correct-horse" not in out and "old-battery" not in out
+
+
+def test_it_prints_a_no_echo_parameter_fed_a_secret_reference_as_the_expression():
+    secret = "{{resolve:secretsmanager:db:SecretString:pw::}}"
+    template = {
+        "Parameters": {"DbPass": {"Type": "String", "NoEcho": True, "Default": secret}},
+        "Resources": {"P": res("AWS::SSM::Parameter", {"Type": "String", "Value": {"Ref": "DbPass"}})},
+    }
+    p = plan(template, record({"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "x"})}))
+    assert p.node["changes"][0]["propertyChanges"][0]["newValue"] == secret
