@@ -37,6 +37,7 @@ from engine.deploy.intrinsics import (
 
 MASK = "***"
 WITHHELD = "<withheld: may be legacy secret plaintext; see cdkd scrub>"
+NAME_WITHHELD = "<name withheld: contains a secret>"
 _LOGICAL_ID_RE = re.compile(r"^[A-Za-z0-9]+$")
 _WHOLE_SECRET_RE = re.compile(r"^\{\{resolve:(?:secretsmanager|ssm-secure):[^}]*\}\}$")
 _SUB_LEFT_RE = re.compile(r"\$\{[^!][^}]*\}")
@@ -151,6 +152,7 @@ def preview_outputs(
     thrown: list[str] = []  # outputs whose resolution threw
     unsafe: list[str] = []  # reasons the merge preview cannot be used
     kept: set[str] = set()
+    secret_names: list[re.Pattern[str]] = []  # stored keys a secret-bearing Export.Name covers
     for name, out in declared.items():
         cond = out.get("Condition")
         if isinstance(cond, str):
@@ -188,6 +190,8 @@ def preview_outputs(
             if export_name is not None and not isinstance(export_name, str):
                 unsafe.append(f"the Export.Name of output {name} is not a string")
                 export_name = None
+            if isinstance(export_name, str) and SECRET_REF_RE.search(export_name):
+                secret_names.append(_secret_name_pattern(export_name))
         if failed:
             if isinstance(export_name, str):
                 kept.add(export_name)  # the deploy keeps a failed output's alias too
@@ -264,5 +268,35 @@ def preview_outputs(
         row = {"name": key, "changeType": "REMOVE"}
         old_side(row, key, removing=True)
         row["export"] = is_export
+        _redact_name(row, key, secret_names, no_echo_values, withhold_alias=secret_template and is_export)
         result.rows.append(row)
+    for row in result.rows:
+        if "nameRedacted" not in row:
+            _redact_name(row, row["name"], secret_names, no_echo_values, withhold_alias=False)
     return result
+
+
+def _secret_name_pattern(export_name: str) -> re.Pattern[str]:
+    """A stored key the name could have resolved to: its literal text, any secret."""
+    parts = re.split(r"\{\{resolve:(?:secretsmanager|ssm-secure):[^}]*\}\}", export_name)
+    return re.compile("^" + "(.+?)".join(re.escape(p) for p in parts) + "$", re.S)
+
+
+def _redact_name(
+    row: dict[str, Any], key: str, patterns: list[re.Pattern[str]], needles: list[str], *, withhold_alias: bool
+) -> None:
+    """Mask the part of a row name a secret covers, or withhold the name (seed 002)."""
+    for pattern in patterns:
+        m = pattern.match(key)
+        if m and m.re.groups:
+            masked = key
+            for i in range(m.re.groups, 0, -1):
+                masked = masked[: m.start(i)] + MASK + masked[m.end(i) :]
+            row["name"], row["nameRedacted"] = masked, True
+            return
+    masked = mask_no_echo(key, needles)
+    if masked != key:
+        row["name"], row["nameRedacted"] = (masked if MASK in masked else NAME_WITHHELD), True
+        return
+    if withhold_alias and not _LOGICAL_ID_RE.match(key):
+        row["name"], row["nameRedacted"] = NAME_WITHHELD, True

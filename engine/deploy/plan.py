@@ -437,7 +437,6 @@ def compute_plan(
             for side in ("oldValue", "newValue"):
                 if side in pc:
                     pc[side] = mask_no_echo(pc[side], no_echo_values)
-    warnings.extend(w for w in ctx.warnings if w not in warnings)
 
     node = {
         "stack": stack_name,
@@ -449,6 +448,7 @@ def compute_plan(
     admin_blocking = _admin_blocking(
         template, rec, ordered, changes, admin_replaced, bound, stack_name, annotations, asset_manifest, ctx
     )
+    warnings.extend(w for w in ctx.warnings if w not in warnings)
     paths = dict(construct_paths or {})
     actions = [_action(c, admin_replaced, rec, paths) for c in ordered]
     blocking = list(dict.fromkeys(cdkd_blocking + admin_blocking))
@@ -714,6 +714,9 @@ def _admin_blocking(
             res = (template.get("Resources") or {}).get(c.logical_id) or {}
             if res.get("DeletionPolicy") == "Snapshot" or res.get("UpdateReplacePolicy") == "Snapshot":
                 out.append(f"{label}: the Snapshot deletion policy is not supported")
+            for attribute in ("UpdatePolicy", "CreationPolicy"):
+                if attribute in res:
+                    ctx.warn(f"{label}: {attribute} is ignored (cdkd ignores it too)")
     return out
 
 
@@ -755,7 +758,15 @@ def render_json(plans: list[StackPlan], *, with_plan: bool = True) -> str:
     """cdkd's `diff --json` array (plus `plan` per node), with every control, format and
     line/paragraph-separator character written as a \\uXXXX escape."""
     text = json.dumps([p.json_node(with_plan=with_plan) for p in plans], indent=2, ensure_ascii=False)
-    return "".join(f"\\u{ord(ch):04x}" if _escape_char(ch) and ch != "\n" else ch for ch in text) + "\n"
+    return "".join(_escaped(ch) if ch != "\n" and _escape_char(ch) else ch for ch in text) + "\n"
+
+
+def _escaped(ch: str) -> str:
+    cp = ord(ch)
+    if cp <= 0xFFFF:
+        return f"\\u{cp:04x}"
+    cp -= 0x10000  # outside the BMP: a surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}"
 
 
 def display(value: Any) -> str:
@@ -844,7 +855,8 @@ def _render_node(p: StackPlan, lines: list[str], indent: str) -> None:
             for o in outputs:
                 sign = {"ADD": "[+]", "MODIFY": "[~]", "REMOVE": "[-]"}[o["changeType"]]
                 export = " (export)" if o.get("export") else ""
-                lines.append(f"{indent}    {sign} {display(o['name'])}{export}")
+                masked = " (name masked: it contains a secret)" if o.get("nameRedacted") and MASK in o["name"] else ""
+                lines.append(f"{indent}    {sign} {display(o['name'])}{masked}{export}")
                 if "oldValue" in o:
                     lines.append(f"{indent}        old: {display(o['oldValue'])}")
                 if "newValue" in o:

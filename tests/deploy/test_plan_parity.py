@@ -720,3 +720,55 @@ def test_it_prints_a_no_echo_parameter_fed_a_secret_reference_as_the_expression(
     }
     p = plan(template, record({"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "x"})}))
     assert p.node["changes"][0]["propertyChanges"][0]["newValue"] == secret
+
+
+def test_it_masks_the_part_of_a_stored_export_name_a_secret_covers():
+    secret = "{{resolve:secretsmanager:tenant:SecretString:id::}}"
+    template = {
+        "Resources": {"Queue": res("AWS::SQS::Queue", {"VisibilityTimeout": 45})},
+        "Outputs": {"Arn": {"Value": {"Ref": "Queue"}, "Export": {"Name": f"app-{secret}"}}},
+    }
+    # a pre-redaction cdkd stored the alias under the resolved secret
+    rec = record({"Queue": QUEUE_ROW}, outputs={"Arn": QURL, "app-tenant-4711": QURL})
+    p = plan(template, rec)
+    removed = [r for r in p.node["outputChanges"] if r["changeType"] == "REMOVE"]
+    assert removed == [
+        {
+            "name": "app-***",
+            "changeType": "REMOVE",
+            "oldValue": WITHHELD,
+            "oldValueRedacted": True,
+            "export": True,
+            "nameRedacted": True,
+        }
+    ]
+    out = render_json([p]) + render_text([p])
+    assert "4711" not in out
+    assert "app-*** (name masked: it contains a secret)" in render_text([p])
+
+
+def test_it_withholds_a_removed_alias_name_while_the_template_references_a_secret():
+    template = {
+        "Resources": {"P": res("AWS::SSM::Parameter", {"Type": "String", "Value": "{{resolve:ssm-secure:/db/pw:1}}"})},
+    }
+    rec = record(
+        {"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "{{resolve:ssm-secure:/db/pw:1}}"})},
+        outputs={"Old-Alias-s3cret": "v", "PlainOutput": "w"},
+        exportNames=["Old-Alias-s3cret"],
+    )
+    names = [r["name"] for r in plan(template, rec).node["outputChanges"]]
+    assert names == ["<name withheld: contains a secret>", "PlainOutput"]
+
+
+def test_it_escapes_characters_outside_the_basic_plane_as_surrogate_pairs():
+    template = {"Resources": {"P": res("AWS::SSM::Parameter", {"Type": "String", "Value": "tag\U000e0041"})}}
+    rec = record({"P": row("AWS::SSM::Parameter", {"Type": "String", "Value": "old"})})
+    out = render_json([plan(template, rec)], with_plan=False)
+    assert "\\udb40\\udc41" in out
+    assert json.loads(out)[0]["changes"][0]["propertyChanges"][0]["newValue"] == "tag\U000e0041"
+
+
+def test_it_warns_that_update_and_creation_policies_are_ignored():
+    template = {"Resources": {"Q": res("AWS::SQS::Queue", {}, UpdatePolicy={"x": 1})}}
+    p = plan(template, None)
+    assert any("UpdatePolicy is ignored" in w for w in p.warnings)
