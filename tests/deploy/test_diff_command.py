@@ -90,3 +90,55 @@ def test_it_refuses_an_assembly_for_another_account_and_bad_parameters(world, tm
     with pytest.raises(CommandError, match="declares a parameter named Nope") as exc:
         cdkd("diff", "--account", A1, "--app", str(SAMPLE / "assembly"), "--parameters", "Nope=1")
     assert exc.value.returncode == 2
+
+
+def test_it_descends_into_nested_stacks_with_recursive(world, tmp_path):
+    app = tmp_path / "cdk.out"
+    app.mkdir()
+    parent = {
+        "Resources": {
+            "Child": {
+                "Type": "AWS::CloudFormation::Stack",
+                "Properties": {"TemplateURL": "https://x/child.json", "Parameters": {"Size": "3"}},
+                "Metadata": {"aws:asset:path": "AppChild.nested.template.json"},
+            }
+        }
+    }
+    child = {
+        "Parameters": {"Size": {"Type": "String"}},
+        "Resources": {"Q": {"Type": "AWS::SQS::Queue", "Properties": {"DelaySeconds": {"Ref": "Size"}}}},
+    }
+    manifest = {
+        "version": "55.0.0",
+        "artifacts": {
+            "App": {
+                "type": "aws:cloudformation:stack",
+                "environment": f"aws://{A1}/us-east-1",
+                "properties": {"templateFile": "App.template.json"},
+            }
+        },
+    }
+    (app / "manifest.json").write_text(json.dumps(manifest))
+    (app / "App.template.json").write_text(json.dumps(parent))
+    (app / "AppChild.nested.template.json").write_text(json.dumps(child))
+    child_row = {
+        "physicalId": "arn:aws:cloudformation:us-east-1:111111111111:stack/App-Child/cdkd",
+        "resourceType": "AWS::CloudFormation::Stack",
+        "properties": {"TemplateURL": "https://x/child.json", "Parameters": {"Size": "3"}},
+    }
+    world.put(A1, BUCKET, "cdkd/App/us-east-1/state.json", {"version": 11, "resources": {"Child": child_row}})
+    queue = {"physicalId": "https://q", "resourceType": "AWS::SQS::Queue", "properties": {"DelaySeconds": "2"}}
+    world.put(A1, BUCKET, "cdkd/App~Child/us-east-1/state.json", {"version": 11, "resources": {"Q": queue}})
+
+    code, out = diff_exit("--account", A1, "--app", str(app), "--recursive", "--json", "--fail")
+    (node,) = json.loads(out)
+    assert node["changes"] == []
+    (kid,) = node["children"]
+    assert kid["stack"] == "App~Child"
+    assert kid["changes"][0]["propertyChanges"] == [
+        {"path": "DelaySeconds", "oldValue": "2", "newValue": "3", "requiresReplacement": False}
+    ]
+    assert kid["plan"]["stateKey"] == "cdkd/App~Child/us-east-1/state.json"
+    assert code == 1
+    code, out = diff_exit("--account", A1, "--app", str(app), "--fail")
+    assert code == 0 and json.loads(diff_exit("--account", A1, "--app", str(app), "--json")[1])[0]["children"] == []
