@@ -269,7 +269,28 @@ def _reject_constant(value: str) -> Any:
     raise ValueError(f"{value} is not JSON")
 
 
+MAX_JSON_DEPTH = 100  # deeper than any real template; keeps every later walk far from recursion limits
+
+
+def json_depth(value: Any) -> int:
+    """How deeply `value` nests (iteratively, so the check itself cannot overflow)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
 def _json(files: dict[str, bytes], rel: str, named_by: str) -> Any:
+    value = _decode_json(files, rel, named_by)
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise AssemblyError(rel, f"nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _decode_json(files: dict[str, bytes], rel: str, named_by: str) -> Any:
     if rel not in files:
         raise AssemblyError(rel, f"missing (named by {named_by})")
     try:

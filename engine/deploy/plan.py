@@ -463,6 +463,7 @@ def compute_plan(
         "actions": actions,
         "imports": list(ctx.imports),
         "repairs": [r.as_dict() for r in rec.repairs],
+        "dropped": list(rec.dropped),
         "blocking": blocking,
         "warnings": list(dict.fromkeys(warnings)),
     }

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.deploy.assembly import json_depth
 from engine.schema import SUPPORTED_VERSION
+
+MAX_RECORD_DEPTH = 200  # far below Python's recursion limit, far above any real record
 
 RESOURCES_MAP = "(resources map)"
 ORPHANS_CONTAINER = "(orphans container)"
@@ -71,6 +74,11 @@ def repair_record(data: Any, *, stack: str, region: str) -> RepairedRecord:
         return RepairedRecord(present=False)
     show = f"cdkd state show '{stack}' --stack-region '{region}' --json"
     rec = RepairedRecord(present=True)
+    if json_depth(data) > MAX_RECORD_DEPTH:
+        rec.repairs.append(Repair("record-too-deep", f"the state record nests deeper than {MAX_RECORD_DEPTH} levels"))
+        rec.dropped.append(RESOURCES_MAP)
+        rec.blocking.append(f"{stack}: the state record nests too deeply to read; cdkd deploy cannot use it")
+        return rec
     if not isinstance(data, dict):
         rec.repairs.append(Repair("record-not-object", f"the state record is {_kind(data)}, not an object; see {show}"))
         rec.dropped.append(RESOURCES_MAP)

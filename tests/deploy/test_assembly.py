@@ -234,3 +234,12 @@ def test_it_collects_error_annotations():
     manifest["artifacts"]["App"]["metadata"] = {"/App/Q": [{"type": "aws:cdk:error", "data": "bad queue"}]}
     (stack,) = read_assembly(_files(manifest, **{"App.template.json": TEMPLATE})).stacks
     assert stack.errors == ["/App/Q: bad queue"]
+
+
+def test_it_refuses_a_template_nested_past_the_limit():
+    deep: object = 1
+    for _ in range(150):
+        deep = [deep]
+    files = _files(_stack_manifest(), **{"App.template.json": {"Resources": {}, "Metadata": deep}})
+    with pytest.raises(AssemblyError, match="App.template.json: nests deeper than 100 levels"):
+        read_assembly(files)

@@ -772,3 +772,15 @@ def test_it_warns_that_update_and_creation_policies_are_ignored():
     template = {"Resources": {"Q": res("AWS::SQS::Queue", {}, UpdatePolicy={"x": 1})}}
     p = plan(template, None)
     assert any("UpdatePolicy is ignored" in w for w in p.warnings)
+
+
+def test_it_reads_a_record_nested_past_the_limit_as_unreadable_rather_than_crashing():
+    deep: object = "x"
+    for _ in range(2000):
+        deep = {"a": deep}
+    rec = record({"Queue": {**QUEUE_ROW, "properties": {"VisibilityTimeout": deep}}})
+    p = plan({"Resources": {"Queue": res("AWS::SQS::Queue", {"VisibilityTimeout": 45})}}, rec)
+    assert [r["code"] for r in p.plan["repairs"]] == ["record-too-deep"]
+    assert p.node["changes"][0]["changeType"] == "CREATE"
+    assert exit_code([p], fail=False) == 3
+    render_json([p]), render_text([p])
