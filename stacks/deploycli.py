@@ -146,7 +146,9 @@ def _plan_stack(
         asset_manifest=stack.asset_manifest,
     )
     if o["recursive"]:
-        plan.children = _children(account, bucket, stack, plan, live, layout, region, digest, exports, ssm)
+        plan.children = _children(
+            account, bucket, stack.stack_name, stack.nested_templates, plan, live, layout, region, digest, exports, ssm
+        )
     return plan
 
 
@@ -162,36 +164,49 @@ def _lazy(make: Any) -> Any:
     return call
 
 
-def _children(account, bucket, stack, parent, live, layout, region, digest, exports, ssm) -> list[StackPlan]:
-    """One node per nested stack: template-present children against their records, and
-    children only the record still holds against an empty template (all DELETE)."""
+def _children(account, bucket, parent_name, nested, parent, live, layout, region, digest, exports, ssm):
+    """One node per nested stack, depth first: template-present children against their
+    records, then children only the record still holds against an empty template."""
     out: list[StackPlan] = []
     rows = dict(live.parsed.resource_rows()) if live else {}
-    names = list(stack.nested_templates) + [
+    names = list(nested) + [
         lid
         for lid, row in rows.items()
-        if isinstance(row, dict) and row.get("resourceType") == NESTED_STACK_TYPE and lid not in stack.nested_templates
+        if isinstance(row, dict) and row.get("resourceType") == NESTED_STACK_TYPE and lid not in nested
     ]
     for lid in names:
-        child_name = f"{stack.stack_name}~{lid}"
-        template = stack.nested_templates[lid][1] if lid in stack.nested_templates else {"Resources": {}}
+        child_name = f"{parent_name}~{lid}"
+        node = nested.get(lid)
+        template = node.template if node else {"Resources": {}}
         params = (parent.desired.get(lid) or {}).get("Parameters")
         supplied = {k: v for k, v in params.items() if isinstance(v, str)} if isinstance(params, dict) else {}
         declared = template.get("Parameters") or {}
         child_live = _record(bucket, layout, child_name, region)
-        out.append(
-            compute_plan(
-                template,
-                child_live.parsed if child_live else None,
-                stack_name=child_name,
-                region=region,
-                account=account.account_id,
-                exports=exports,
-                ssm=ssm,
-                parameters={k: v for k, v in supplied.items() if k in declared},
-                location=_location(bucket, child_live, layout, child_name, region),
-                assembly_digest=digest,
-                top_level=False,
-            )
+        child = compute_plan(
+            template,
+            child_live.parsed if child_live else None,
+            stack_name=child_name,
+            region=region,
+            account=account.account_id,
+            exports=exports,
+            ssm=ssm,
+            parameters={k: v for k, v in supplied.items() if k in declared},
+            location=_location(bucket, child_live, layout, child_name, region),
+            assembly_digest=digest,
+            top_level=False,
         )
+        child.children = _children(
+            account,
+            bucket,
+            child_name,
+            node.children if node else {},
+            child,
+            child_live,
+            layout,
+            region,
+            digest,
+            exports,
+            ssm,
+        )
+        out.append(child)
     return out

@@ -71,6 +71,13 @@ class Environment:
 
 
 @dataclass
+class NestedTemplate:
+    path: str  # relative to the assembly root
+    template: dict[str, Any]
+    children: dict[str, NestedTemplate] = field(default_factory=dict)
+
+
+@dataclass
 class StackArtifact:
     artifact_id: str
     stack_name: str
@@ -84,7 +91,7 @@ class StackArtifact:
     asset_manifest: dict[str, Any] | None = None
     termination_protection: bool = False
     construct_paths: dict[str, str] = field(default_factory=dict)  # logical id -> aws:cdk:path
-    nested_templates: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    nested_templates: dict[str, NestedTemplate] = field(default_factory=dict)  # by logical id
     errors: list[str] = field(default_factory=list)  # aws:cdk:error annotations
     warnings: list[str] = field(default_factory=list)  # aws:cdk:warning annotations
 
@@ -186,6 +193,9 @@ def load_directory(
                     raise AssemblyError(where, f"the assembly has more than {max_files} files")
                 with open(entry.path, "rb") as fh:
                     body = fh.read(max_bytes + 1)
+                total += len(body) - st.st_size  # a file that grew since stat counts as read
+                if total > max_bytes:
+                    raise AssemblyError(where, f"the assembly is larger than the limit of {max_bytes} bytes")
                 files[rel] = body
     return files
 
@@ -460,6 +470,29 @@ def _read_manifest(
     return version
 
 
+def _nested_templates(
+    files: dict[str, bytes], template_rel: str, template: dict[str, Any], chain: tuple[str, ...]
+) -> dict[str, NestedTemplate]:
+    """The templates `AWS::CloudFormation::Stack` resources name by `aws:asset:path`
+    (relative to the naming template), recursively; a template that names one of its
+    ancestors is refused."""
+    out: dict[str, NestedTemplate] = {}
+    for lid, res in (template.get("Resources") or {}).items():
+        rmeta = res.get("Metadata")
+        if res["Type"] != "AWS::CloudFormation::Stack" or not isinstance(rmeta, dict) or "aws:asset:path" not in rmeta:
+            continue
+        child_rel = _join(
+            posixpath.dirname(template_rel), rmeta["aws:asset:path"], template_rel, f"{lid} aws:asset:path"
+        )
+        if child_rel in chain:
+            raise AssemblyError(template_rel, f"nested stack {lid} names {child_rel}, which contains it")
+        if len(chain) > MAX_NESTING:
+            raise AssemblyError(template_rel, f"nested stacks deeper than {MAX_NESTING} levels")
+        child = check_template(_json(files, child_rel, template_rel), child_rel)
+        out[lid] = NestedTemplate(child_rel, child, _nested_templates(files, child_rel, child, (*chain, child_rel)))
+    return out
+
+
 def _read_stack(
     files: dict[str, bytes], base: str, manifest_rel: str, aid: str, art: dict[str, Any], artifacts: dict[str, Any]
 ) -> StackArtifact:
@@ -509,16 +542,11 @@ def _read_stack(
                 errors.append(f"{path}: {data}")
             elif kind == "aws:cdk:warning":
                 warnings.append(f"{path}: {data}")
-    nested: dict[str, tuple[str, dict[str, Any]]] = {}
     for lid, res in (template.get("Resources") or {}).items():
         rmeta = res.get("Metadata")
         if isinstance(rmeta, dict) and isinstance(rmeta.get("aws:cdk:path"), str):
             paths[lid] = rmeta["aws:cdk:path"]
-        if res["Type"] == "AWS::CloudFormation::Stack" and isinstance(rmeta, dict) and "aws:asset:path" in rmeta:
-            child_rel = _join(
-                posixpath.dirname(template_rel), rmeta["aws:asset:path"], template_rel, f"{lid} aws:asset:path"
-            )
-            nested[lid] = (child_rel, check_template(_json(files, child_rel, template_rel), child_rel))
+    nested = _nested_templates(files, template_rel, template, (template_rel,))
     return StackArtifact(
         artifact_id=aid,
         stack_name=stack_name,

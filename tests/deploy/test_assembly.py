@@ -215,7 +215,8 @@ def test_it_reads_nested_assemblies_and_nested_templates():
     (stack,) = read_assembly(files).stacks
     assert stack.template_file == "assembly-Prod/Prod-App.template.json"
     assert stack.asset_manifest_file == "assembly-Prod/Prod-App.assets.json"
-    assert stack.nested_templates["Child"][0] == "assembly-Prod/ProdAppChild.nested.template.json"
+    assert stack.nested_templates["Child"].path == "assembly-Prod/ProdAppChild.nested.template.json"
+    assert stack.nested_templates["Child"].template == TEMPLATE
     assert stack.region("us-east-1") == "eu-west-1"
 
 
@@ -243,3 +244,11 @@ def test_it_refuses_a_template_nested_past_the_limit():
     files = _files(_stack_manifest(), **{"App.template.json": {"Resources": {}, "Metadata": deep}})
     with pytest.raises(AssemblyError, match="App.template.json: nests deeper than 100 levels"):
         read_assembly(files)
+
+
+def test_it_refuses_a_nested_template_that_names_its_parent():
+    loop = {
+        "Resources": {"Me": {"Type": "AWS::CloudFormation::Stack", "Metadata": {"aws:asset:path": "App.template.json"}}}
+    }
+    with pytest.raises(AssemblyError, match="nested stack Me names App.template.json, which contains it"):
+        read_assembly(_files(_stack_manifest(), **{"App.template.json": loop}))
