@@ -792,10 +792,15 @@ def render_text(plans: list[StackPlan]) -> str:
     lines: list[str] = []
     for p in plans:
         _render_node(p, lines, indent="")
-    reasons = [r for p in _walk(plans) for r in p.blocking]
-    if reasons:
+    nodes = _walk(plans)
+    cdkd = list(dict.fromkeys(r for p in nodes for r in p.cdkd_blocking))
+    admin = [r for r in dict.fromkeys(r for p in nodes for r in p.blocking) if r not in cdkd]
+    if cdkd:
         lines.append("Blocking (cdkd deploy will refuse):")
-        lines.extend(f"  - {display(r)}" for r in dict.fromkeys(reasons))
+        lines.extend(f"  - {display(r)}" for r in cdkd)
+    if admin:
+        lines.append("Blocking (the admin's deploy will refuse):")
+        lines.extend(f"  - {display(r)}" for r in admin)
     return "\n".join(lines) + "\n"
 
 

@@ -50,15 +50,6 @@ def _budget_name_changed(old: Any, new: Any) -> bool:
     return not (a is None and b is None) and a != b
 
 
-def _glue_table_name_changed(old: Any, new: Any) -> bool:
-    def name(v: Any) -> str | None:
-        n = v.get("Name") if isinstance(v, dict) else None
-        return n if isinstance(n, str) else None
-
-    a, b = name(old), name(new)
-    return a is not None and b is not None and a.lower() != b.lower()
-
-
 @dataclass(frozen=True)
 class HandRule:
     replace: frozenset[str]
@@ -73,7 +64,8 @@ def _rule(replace: str, update: str = "", **conditional: Callable[[Any, Any], bo
     return HandRule(frozenset(replace.split()), frozenset(update.split()), dict(conditional))
 
 
-# cdkd's ReplacementRulesRegistry, as data (src/analyzer/replacement-rules.ts)
+# cdkd's ReplacementRulesRegistry as of 0.284.40 (28 types), as data. Later cdkd adds
+# a conditional AWS::Glue::Table TableInput rule, kept out here for parity.
 HAND_RULES: dict[str, HandRule] = {
     "AWS::S3::Bucket": _rule(
         "BucketName",
@@ -129,7 +121,6 @@ HAND_RULES: dict[str, HandRule] = {
     ),
     "AWS::SSM::Parameter": _rule("Name", "Value Description Type Tier AllowedPattern Policies DataType Tags"),
     "AWS::Budgets::Budget": _rule("", "NotificationsWithSubscribers ResourceTags", Budget=_budget_name_changed),
-    "AWS::Glue::Table": _rule("", "", TableInput=_glue_table_name_changed),
     "AWS::CloudWatch::Alarm": _rule(
         "AlarmName",
         "ComparisonOperator EvaluationPeriods DatapointsToAlarm Threshold TreatMissingData MetricName Namespace "

@@ -784,3 +784,19 @@ def test_it_reads_a_record_nested_past_the_limit_as_unreadable_rather_than_crash
     assert p.node["changes"][0]["changeType"] == "CREATE"
     assert exit_code([p], fail=False) == 3
     render_json([p]), render_text([p])
+
+
+def test_it_lists_cdkds_refusals_apart_from_the_admins():
+    template = {"Resources": {"N": res("AWS::CloudFormation::Stack", {}), "F": res("AWS::Lambda::Function", {})}}
+    rec = record({"N": row("AWS::SQS::Queue", pid=QURL)}, outputs="torn")
+    text = render_text([plan(template, rec)])
+    cdkd_part, admin_part = text.split("Blocking (the admin's deploy will refuse):")
+    assert "Blocking (cdkd deploy will refuse):" in cdkd_part and "the outputs bag is unreadable" in cdkd_part
+    assert "N changes type" in cdkd_part
+    assert "nested stacks are not supported" in admin_part and "the outputs bag" not in admin_part
+
+
+def test_it_keeps_cdkd_0_284s_28_hand_rules():
+    from engine.deploy.replacement import HAND_RULES
+
+    assert len(HAND_RULES) == 28 and "AWS::Glue::Table" not in HAND_RULES
