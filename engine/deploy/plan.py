@@ -533,7 +533,7 @@ def _propagate(changes: dict[str, _Change], resources: dict[str, Any]) -> set[st
                     continue
                 if any(pc["path"] == key for pc in change.property_changes):
                     continue
-                rr = replacement.hand_rule_verdict(change.resource_type, key, change.current.get(key), None) is True
+                rr = replacement.hand_rule_verdict(change.resource_type, key, None, None) is True
                 pc = _property_change(key, key in change.current, change.current.get(key), True, change.raw[key], rr)
                 pc["replacementPropagated"] = True
                 change.property_changes.append(pc)
@@ -565,7 +565,7 @@ def _propagate(changes: dict[str, _Change], resources: dict[str, Any]) -> set[st
                         or any(attr.startswith(p) for p in DERIVED_PREFIXES.get(ttype, ()))
                     ):
                         continue
-                    rr = replacement.hand_rule_verdict(change.resource_type, key, change.current.get(key), None) is True
+                    rr = replacement.hand_rule_verdict(change.resource_type, key, None, None) is True
                     pc = _property_change(
                         key, key in change.current, change.current.get(key), True, change.raw[key], rr
                     )

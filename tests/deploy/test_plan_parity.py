@@ -800,3 +800,24 @@ def test_it_keeps_cdkd_0_284s_28_hand_rules():
     from engine.deploy.replacement import HAND_RULES
 
     assert len(HAND_RULES) == 28 and "AWS::Glue::Table" not in HAND_RULES
+
+
+def test_it_asks_a_conditional_rule_about_no_phantom_delta_for_a_propagated_change():
+    # DurableConfig replaces only when added or removed; a propagated change must not read
+    # the stored value against nothing (cdkd passes undefined on both sides)
+    template = {
+        "Resources": {
+            "Role": res("AWS::IAM::Role", {"RoleName": "r2"}),
+            "Fn": res("AWS::Lambda::Function", {"DurableConfig": {"Role": {"Fn::GetAtt": ["Role", "Arn"]}}}),
+        }
+    }
+    rec = record(
+        {
+            "Role": row("AWS::IAM::Role", {"RoleName": "r1"}, pid="r1", attrs={"Arn": "arn:aws:iam::1:role/r1"}),
+            "Fn": row("AWS::Lambda::Function", {"DurableConfig": {"Role": "arn:aws:iam::1:role/r1"}}, pid="fn"),
+        }
+    )
+    p = plan(template, rec)
+    (fn,) = [c for c in p.node["changes"] if c["logicalId"] == "Fn"]
+    assert fn["propertyChanges"][0]["requiresReplacement"] is False
+    assert fn["propertyChanges"][0]["replacementPropagated"] is True
