@@ -535,7 +535,9 @@ def _propagate(changes: dict[str, _Change], resources: dict[str, Any]) -> set[st
                     continue
                 rr = replacement.hand_rule_verdict(change.resource_type, key, None, None) is True
                 pc = _property_change(key, key in change.current, change.current.get(key), True, change.raw[key], rr)
+                # cdkd's synthetic change carries replacementPropagated before requiresReplacement
                 pc["replacementPropagated"] = True
+                pc["requiresReplacement"] = pc.pop("requiresReplacement")
                 change.property_changes.append(pc)
                 change.known_after_apply.append(key)
                 change.change_type = "UPDATE"

@@ -821,3 +821,12 @@ def test_it_asks_a_conditional_rule_about_no_phantom_delta_for_a_propagated_chan
     (fn,) = [c for c in p.node["changes"] if c["logicalId"] == "Fn"]
     assert fn["propertyChanges"][0]["requiresReplacement"] is False
     assert fn["propertyChanges"][0]["replacementPropagated"] is True
+
+
+def test_it_orders_a_propagated_change_as_cdkd_prints_it():
+    template, rec = _propagation_case()
+    out = render_json([plan(template, rec)], with_plan=False)
+    policy = json.loads(out)[0]["changes"][1]["propertyChanges"][0]
+    assert list(policy) == ["path", "oldValue", "newValue", "replacementPropagated", "requiresReplacement"]
+    queue = json.loads(out)[0]["changes"][0]["propertyChanges"][0]
+    assert list(queue) == ["path", "oldValue", "newValue", "requiresReplacement"]
