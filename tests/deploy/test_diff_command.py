@@ -166,3 +166,44 @@ def test_it_descends_into_nested_stacks_with_recursive(world, tmp_path):
     assert code == 3  # the parent deletes a nested stack: the first deploy engine refuses nested stacks
     code, out = diff_exit("--account", A1, "--app", str(app), "--json")
     assert json.loads(out)[0]["children"] == []
+
+
+def test_it_reads_ssm_parameters_with_the_accounts_role_and_never_decrypts_a_secure_string(world, tmp_path):
+    ssm = world.account_session(A1).client("ssm", region_name="us-east-1", endpoint_url=world.moto.url)
+    ssm.put_parameter(Name="/app/ami", Value="ami-2", Type="String")
+    ssm.put_parameter(Name="/app/pw", Value="hunter2-plain", Type="SecureString")
+    app = tmp_path / "cdk.out"
+    app.mkdir()
+    template = {
+        "Parameters": {"Ami": {"Type": "AWS::SSM::Parameter::Value<String>", "Default": "/app/ami"}},
+        "Resources": {
+            "P": {"Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Value": {"Ref": "Ami"}}},
+            "S": {"Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Value": "{{resolve:ssm:/app/pw}}"}},
+        },
+    }
+    manifest = {
+        "artifacts": {
+            "Ssm": {
+                "type": "aws:cloudformation:stack",
+                "environment": f"aws://{A1}/us-east-1",
+                "properties": {"templateFile": "Ssm.template.json"},
+            }
+        }
+    }
+    (app / "manifest.json").write_text(json.dumps(manifest))
+    (app / "Ssm.template.json").write_text(json.dumps(template))
+    rows = {
+        "P": {
+            "physicalId": "p",
+            "resourceType": "AWS::SSM::Parameter",
+            "properties": {"Type": "String", "Value": "ami-1"},
+        },
+        "S": {"physicalId": "s", "resourceType": "AWS::SSM::Parameter", "properties": {"Type": "String", "Value": "x"}},
+    }
+    world.put(A1, BUCKET, "cdkd/Ssm/us-east-1/state.json", {"version": 11, "resources": rows})
+    code, out = diff_exit("--account", A1, "--app", str(app), "--json")
+    (node,) = json.loads(out)
+    by_id = {c["logicalId"]: c["propertyChanges"][0] for c in node["changes"]}
+    assert by_id["P"]["newValue"] == "ami-2"
+    assert by_id["S"]["newValue"] == "{{resolve:ssm:/app/pw}}"  # a SecureString stays the reference
+    assert "hunter2" not in out
