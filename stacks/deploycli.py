@@ -16,7 +16,8 @@ from django.core.management.base import CommandError
 from engine.backend import StateBucket, StoredObject
 from engine.deploy.assembly import AssemblyError, StackArtifact, open_assembly
 from engine.deploy.intrinsics import ParameterError, parse_overrides
-from engine.deploy.plan import StackPlan, StateLocation, compute_plan, exit_code, render_json, render_text
+from engine.deploy.plan import StackPlan, StateLocation, compute_plan
+from engine.deploy.render import exit_code, render_json, render_text
 from engine.errors import EngineError, NotFound
 from engine.keys import KeyLayout
 from engine.schema import ParsedRecord, parse_state

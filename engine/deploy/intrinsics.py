@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.deploy.refs import construct_attribute, ref_value
+
 
 class ResolveError(Exception):
     """The value cannot be resolved for the diff; the message says why."""
@@ -320,110 +322,6 @@ def bind_parameters(
 
 # --- the resolver ----------------------------------------------------------------------------
 
-# Ref of a composite physical id (deploy-engine.md 2.3)
-_REF_LAST_SEGMENT = frozenset(
-    [
-        "AWS::ApiGateway::Model",
-        "AWS::ApiGateway::RequestValidator",
-        "AWS::ApiGateway::Stage",
-        "AWS::ApiGateway::Resource",
-        "AWS::ApiGateway::Authorizer",
-        "AWS::ApiGatewayV2::Stage",
-        "AWS::ApiGatewayV2::Route",
-        "AWS::ApiGatewayV2::Integration",
-        "AWS::ApiGatewayV2::Model",
-        "AWS::ApiGatewayV2::Deployment",
-        "AWS::ApiGatewayV2::RouteResponse",
-        "AWS::ApiGatewayV2::IntegrationResponse",
-        "AWS::Cognito::UserPoolClient",
-        "AWS::Cognito::UserPoolResourceServer",
-        "AWS::Cognito::UserPoolGroup",
-        "AWS::Cognito::UserPoolIdentityProvider",
-        "AWS::Cognito::UserPoolDomain",
-        "AWS::Cognito::UserPoolUser",
-        "AWS::AppConfig::Environment",
-        "AWS::AppConfig::ConfigurationProfile",
-        "AWS::AppConfig::HostedConfigurationVersion",
-        "AWS::AppConfig::Deployment",
-        "AWS::S3Tables::Namespace",
-        "AWS::Glue::Table",
-    ]
-)
-_REF_FIRST_SEGMENT = frozenset(
-    [
-        "AWS::EC2::EIP",
-        "AWS::ApiGateway::Deployment",
-        "AWS::ApiGateway::DocumentationPart",
-        "AWS::ApiGatewayV2::Authorizer",
-        "AWS::ApiGatewayV2::ApiMapping",
-        "AWS::ECS::Service",
-    ]
-)
-
-
-def ref_value(resource_type: str, row: dict[str, Any]) -> Any:
-    pid = row.get("physicalId")
-    if not isinstance(pid, str):
-        raise KnownAfterApply("the record holds no physical id")
-    if resource_type == "AWS::S3Tables::Table" and pid.startswith("arn:") and "|" not in pid:
-        name = (row.get("properties") or {}).get("TableName")
-        return name if isinstance(name, str) else pid
-    if resource_type in _REF_LAST_SEGMENT:
-        return pid.rsplit("|", 1)[-1]
-    if resource_type in _REF_FIRST_SEGMENT:
-        return pid.split("|", 1)[0]
-    if resource_type == "AWS::Events::Rule" and ":rule/" in pid:
-        return pid.split(":rule/", 1)[1]
-    if resource_type == "AWS::CloudTrail::Trail" and ":trail/" in pid:
-        return pid.split(":trail/", 1)[1]
-    if resource_type == "AWS::Route53::RecordSet" and pid.count("|") == 2:
-        return pid.split("|")[1]
-    attr = {
-        "AWS::AppSync::ApiKey": "Arn",
-        "AWS::AppSync::DataSource": "DataSourceArn",
-        "AWS::AppSync::Resolver": "ResolverArn",
-    }.get(resource_type)
-    if attr:
-        value = (row.get("attributes") or {}).get(attr)
-        if isinstance(value, str):
-            return value
-    prop = {"AWS::Backup::BackupSelection": "SelectionId", "AWS::CodeCommit::Repository": "RepositoryId"}.get(
-        resource_type
-    )
-    if prop:
-        value = (row.get("properties") or {}).get(prop)
-        if isinstance(value, str):
-            return value
-    return pid
-
-
-def _construct_attribute(rtype: str, pid: str, attr: str, ctx: Context) -> Any:
-    """An attribute built from the physical id where cdkd builds one; None when unknown."""
-    p, region, account = partition_for(ctx.region), ctx.region, ctx.account
-    if rtype == "AWS::SQS::Queue":
-        name = pid.rstrip("/").rsplit("/", 1)[-1]
-        return {"QueueUrl": pid, "QueueName": name, "Arn": f"arn:{p}:sqs:{region}:{account}:{name}"}.get(attr)
-    if rtype == "AWS::SNS::Topic":
-        return {"TopicArn": pid, "TopicName": pid.rsplit(":", 1)[-1]}.get(attr)
-    if rtype == "AWS::S3::Bucket":
-        suffix = url_suffix_for(region)
-        return {
-            "Arn": f"arn:{p}:s3:::{pid}",
-            "DomainName": f"{pid}.s3.{suffix}",
-            "RegionalDomainName": f"{pid}.s3.{region}.{suffix}",
-        }.get(attr)
-    if rtype == "AWS::Lambda::Function" and attr == "Arn":
-        return f"arn:{p}:lambda:{region}:{account}:function:{pid}"
-    if rtype == "AWS::DynamoDB::Table" and attr == "Arn":
-        return f"arn:{p}:dynamodb:{region}:{account}:table/{pid}"
-    if rtype == "AWS::Logs::LogGroup" and attr == "Arn":
-        return f"arn:{p}:logs:{region}:{account}:log-group:{pid}:*"
-    if rtype == "AWS::IAM::Role" and attr == "Arn":
-        return f"arn:{p}:iam::{account}:role/{pid}"
-    if rtype == "AWS::SSM::Parameter" and attr in ("Type", "Value"):
-        return None
-    return None
-
 
 @dataclass
 class Context:
@@ -542,7 +440,10 @@ class Resolver:
             raise ResolveError("Ref must name a resource, parameter or pseudo parameter")
         row = self.ctx.resources.get(name)
         if row is not None:
-            return ref_value(str(row.get("resourceType")), row)
+            value = ref_value(str(row.get("resourceType")), row)
+            if value is None:
+                raise KnownAfterApply(f"Ref {name}: the record holds no physical id")
+            return value
         params = self.ctx.parameters
         if name in params.values:
             return params.values[name]
@@ -575,7 +476,15 @@ class Resolver:
         rtype = str(row.get("resourceType"))
         if not isinstance(pid, str):
             raise KnownAfterApply(f"Fn::GetAtt {logical_id}.{attr}: the record holds no physical id")
-        built = _construct_attribute(rtype, pid, attr, self.ctx)
+        built = construct_attribute(
+            rtype,
+            pid,
+            attr,
+            region=self.ctx.region,
+            account=self.ctx.account,
+            partition=self.ctx.pseudo["AWS::Partition"],
+            url_suffix=self.ctx.pseudo["AWS::URLSuffix"],
+        )
         if built is not None:
             return built
         if (attr.endswith("Arn") and not pid.startswith("arn:")) or (attr.endswith("Url") and "://" not in pid):

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from engine.deploy.outputs import WITHHELD, skipped_output_digest
-from engine.deploy.plan import StateLocation, compute_plan, exit_code, render_json, render_text
+from engine.deploy.plan import StateLocation, compute_plan
+from engine.deploy.render import exit_code, render_json, render_text
 
 ACCOUNT = "123456789012"
 QURL = "https://sqs.us-east-1.amazonaws.com/123456789012/app-queue"

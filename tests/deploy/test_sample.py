@@ -10,7 +10,8 @@ import zipfile
 from pathlib import Path
 
 from engine.deploy.assembly import load_directory, load_zip, open_assembly, read_assembly
-from engine.deploy.plan import compute_plan, exit_code, render_json, render_text
+from engine.deploy.plan import compute_plan
+from engine.deploy.render import exit_code, render_json, render_text
 from engine.schema import parse_state
 
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "cdkd-0.284.40"

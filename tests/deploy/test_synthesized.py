@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.deploy.assembly import AccountMismatch, open_assembly
-from engine.deploy.plan import compute_plan, exit_code, render_text
+from engine.deploy.plan import compute_plan
+from engine.deploy.render import exit_code, render_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "deploy"
 SYNTH = FIXTURES / "synth"
