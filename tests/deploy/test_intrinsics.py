@@ -217,3 +217,30 @@ def test_it_refuses_unknown_intrinsics():
         r.resolve({"Fn::Nope": 1})
     # Condition is an intrinsic only inside conditions: elsewhere it is a plain key
     assert r.resolve({"Condition": {"StringEquals": {"a": "b"}}}) == {"Condition": {"StringEquals": {"a": "b"}}}
+
+
+@pytest.mark.parametrize(
+    ("rtype", "pid", "expected"),
+    [
+        ("AWS::ApiGateway::Stage", "restapi|prod", "prod"),
+        ("AWS::EC2::EIP", "1.2.3.4|eipalloc-1", "1.2.3.4"),
+        ("AWS::Events::Rule", "arn:aws:events:us-east-1:1:rule/my-rule", "my-rule"),
+        ("AWS::Route53::RecordSet", "Z1|www.example.com|A", "www.example.com"),
+        ("AWS::SQS::Queue", "https://sqs/1/q", "https://sqs/1/q"),
+    ],
+)
+def test_it_translates_composite_physical_ids_for_ref(rtype, pid, expected):
+    r, _ = _resolver(resources={"R": {"physicalId": pid, "resourceType": rtype, "properties": {}}})
+    assert r.resolve({"Ref": "R"}) == expected
+
+
+def test_it_refuses_an_arn_attribute_it_cannot_build_and_warns_on_a_physical_id_stand_in():
+    rows = {"T": {"physicalId": "plain-id", "resourceType": "AWS::Some::Thing", "attributes": {}}}
+    r, ctx = _resolver(resources=rows)
+    with pytest.raises(KnownAfterApply, match="not recorded and not buildable"):
+        r.resolve({"Fn::GetAtt": ["T", "ThingArn"]})
+    assert r.resolve({"Fn::GetAtt": ["T", "Name"]}) == "plain-id"
+    assert any("physical id stands in" in w for w in ctx.warnings)
+    built, _ = _resolver(resources={"B": {"physicalId": "bkt", "resourceType": "AWS::S3::Bucket"}}, region="cn-north-1")
+    assert built.resolve({"Fn::GetAtt": ["B", "Arn"]}) == "arn:aws-cn:s3:::bkt"
+    assert built.resolve({"Fn::GetAtt": ["B", "RegionalDomainName"]}) == "bkt.s3.cn-north-1.amazonaws.com.cn"
