@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.deploy import replacement
+from engine.deploy.assembly import check_template
 from engine.deploy.intrinsics import (
     NO_VALUE,
     Context,
@@ -301,6 +302,7 @@ def compute_plan(
 ) -> StackPlan:
     """`record` is the decoded state record (a dict as stored, a ParsedRecord, or None for a
     stack with no record). Raises intrinsics.ParameterError for unusable overrides."""
+    check_template(template, f"template of {stack_name}")  # the shape every step below relies on
     data = getattr(record, "data", record)
     location = location or StateLocation()
     rec = repair_record(data, stack=stack_name, region=region)
