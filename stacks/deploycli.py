@@ -16,8 +16,9 @@ from django.core.management.base import CommandError
 from engine.backend import StateBucket, StoredObject
 from engine.deploy.assembly import AssemblyError, StackArtifact, open_assembly
 from engine.deploy.intrinsics import ParameterError, parse_overrides
-from engine.deploy.plan import StackPlan, StateLocation, compute_plan
+from engine.deploy.plan import StackPlan, StateLocation, compute_plan, plan_stack_artifact
 from engine.deploy.render import exit_code, render_json, render_text
+from engine.deploy.ssm import ssm_reader
 from engine.errors import EngineError, NotFound
 from engine.keys import KeyLayout
 from engine.schema import ParsedRecord, parse_state
@@ -115,10 +116,8 @@ def _plan_stack(
             f"stack {stack.stack_name} is synthesized for region {pinned}, not {o['stack_region']}", returncode=2
         )
     region = pinned or o["stack_region"] or account.cli_region or "us-east-1"
-    exports_reads: list[int] = []
 
     def exports() -> Any:
-        exports_reads.append(1)
         try:
             return json.loads(bucket.get(layout.exports_index_key(region)).body)
         except NotFound:
@@ -126,25 +125,19 @@ def _plan_stack(
         except ValueError:
             return None  # an unreadable index resolves no import
 
-    from engine.deploy.ssm import ssm_reader
-
     ssm = _lazy(lambda: ssm_reader(account.access(), actor, region))
     live = _record(bucket, layout, stack.stack_name, region)
     declared = stack.template.get("Parameters") or {}
-    plan = compute_plan(
-        stack.template,
+    plan = plan_stack_artifact(
+        stack,
         live.parsed if live else None,
-        stack_name=stack.stack_name,
         region=region,
         account=account.account_id,
+        assembly_digest=digest,
         exports=exports,
         ssm=ssm,
         parameters={k: v for k, v in overrides.items() if k in declared},
         location=_location(bucket, live, layout, stack.stack_name, region),
-        assembly_digest=digest,
-        construct_paths=stack.construct_paths,
-        annotations=stack.errors,
-        asset_manifest=stack.asset_manifest,
     )
     if o["recursive"]:
         plan.children = _children(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.deploy import replacement
-from engine.deploy.assembly import check_template
+from engine.deploy.assembly import StackArtifact, check_template
 from engine.deploy.intrinsics import (
     NO_VALUE,
     Context,
@@ -481,6 +481,32 @@ def compute_plan(
         construct_paths=paths,
         desired={lid: c.desired for lid, c in changes.items()},
         no_echo_unchanged=0 if pre_v11 else no_echo_unchanged,
+    )
+
+
+def plan_stack_artifact(
+    stack: StackArtifact,
+    record: Any,
+    *,
+    region: str,
+    account: str,
+    assembly_digest: str,
+    **kw: Any,
+) -> StackPlan:
+    """`compute_plan` for a stack of a read assembly: its template, construct paths, error
+    annotations and asset manifest, bound to the assembly digest (what the CLI and the
+    browser both call, so their plans are the same document)."""
+    return compute_plan(
+        stack.template,
+        record,
+        stack_name=stack.stack_name,
+        region=region,
+        account=account,
+        assembly_digest=assembly_digest,
+        construct_paths=stack.construct_paths,
+        annotations=stack.errors,
+        asset_manifest=stack.asset_manifest,
+        **kw,
     )
 
 

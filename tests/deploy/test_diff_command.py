@@ -207,3 +207,36 @@ def test_it_reads_ssm_parameters_with_the_accounts_role_and_never_decrypts_a_sec
     assert by_id["P"]["newValue"] == "ami-2"
     assert by_id["S"]["newValue"] == "{{resolve:ssm:/app/pw}}"  # a SecureString stays the reference
     assert "hunter2" not in out
+
+
+def test_it_reads_the_exports_index_only_for_an_import_and_records_it(world, tmp_path):
+    app = tmp_path / "cdk.out"
+    app.mkdir()
+    template = {
+        "Resources": {
+            "P": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {"Type": "String", "Value": {"Fn::ImportValue": "GoldenCdkStack-TopicArn"}},
+            }
+        }
+    }
+    manifest = {
+        "artifacts": {
+            "Consumer": {
+                "type": "aws:cloudformation:stack",
+                "environment": f"aws://{A1}/us-east-1",
+                "properties": {"templateFile": "Consumer.template.json"},
+            }
+        }
+    }
+    (app / "manifest.json").write_text(json.dumps(manifest))
+    (app / "Consumer.template.json").write_text(json.dumps(template))
+    world.reset_counts()
+    code, out = diff_exit("--account", A1, "--app", str(app), "--json")
+    (node,) = json.loads(out)
+    assert node["changes"] == [{"logicalId": "P", "changeType": "CREATE", "resourceType": "AWS::SSM::Parameter"}]
+    assert node["plan"]["imports"] == [
+        {"exportName": "GoldenCdkStack-TopicArn", "sourceStack": "GoldenCdkStack", "sourceRegion": "us-east-1"}
+    ]
+    # the region key and the legacy key of the new stack, then the exports index once
+    assert world.requests["GetObject"] == 3
