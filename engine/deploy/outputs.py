@@ -229,7 +229,7 @@ def preview_outputs(
         ):
             record_wide = True
     if merged:
-        carried = [stored[k] for k in thrown if k in stored]
+        carried = [stored[k] for k in [*thrown, *kept] if k in stored]  # an alias included
         if not carried or not all(isinstance(v, str) and _WHOLE_SECRET_RE.match(v) for v in carried):
             record_wide = True
             result.warnings.append(

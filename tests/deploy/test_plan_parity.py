@@ -831,3 +831,23 @@ def test_it_orders_a_propagated_change_as_cdkd_prints_it():
     assert list(policy) == ["path", "oldValue", "newValue", "replacementPropagated", "requiresReplacement"]
     queue = json.loads(out)[0]["changes"][0]["propertyChanges"][0]
     assert list(queue) == ["path", "oldValue", "newValue", "requiresReplacement"]
+
+
+def test_it_shows_previous_values_in_the_merge_when_every_carried_value_is_a_whole_secret_reference():
+    secret = "{{resolve:secretsmanager:db:SecretString:pw::}}"
+    template = {
+        "Resources": {"Queue": res("AWS::SQS::Queue", {"VisibilityTimeout": 45})},
+        "Outputs": {
+            "Broken": {"Value": {"Fn::ImportValue": "Missing"}, "Export": {"Name": "Broken-Alias"}},
+            "QueueUrl": {"Value": {"Ref": "Queue"}},
+        },
+    }
+    carried = {"Broken": secret, "Broken-Alias": secret, "QueueUrl": "old-url"}
+    p = plan(template, record({"Queue": QUEUE_ROW}, outputs=carried), exports={"exports": {}})
+    # the alias is kept with its output, not removed; QueueUrl's previous value can be shown
+    assert p.node["outputChanges"] == [
+        {"name": "QueueUrl", "changeType": "MODIFY", "oldValue": "old-url", "newValue": QURL, "export": False}
+    ]
+    leaked = dict(carried, **{"Broken-Alias": "plaintext"})
+    p2 = plan(template, record({"Queue": QUEUE_ROW}, outputs=leaked), exports={"exports": {}})
+    assert p2.node["outputChanges"][0]["oldValueRedacted"] is True
