@@ -17,7 +17,7 @@ from engine.backend import StateBucket, StoredObject
 from engine.deploy.assembly import AssemblyError, StackArtifact, open_assembly
 from engine.deploy.intrinsics import ParameterError, parse_overrides
 from engine.deploy.plan import StackPlan, StateLocation, compute_plan, plan_stack_artifact
-from engine.deploy.render import exit_code, render_json, render_text
+from engine.deploy.render import exit_code, render_json, render_text, walk
 from engine.deploy.ssm import ssm_reader
 from engine.errors import EngineError, NotFound
 from engine.keys import KeyLayout
@@ -95,9 +95,13 @@ def run_diff(command: Any, o: dict[str, Any]) -> None:
         raise CommandError(str(exc), returncode=2) from None
     command.stdout.write(render_json(plans) if o["json"] else render_text(plans), ending="")
     code = exit_code(plans, fail=o["fail"])
+    if code == 3:
+        count = len({r for p in walk(plans) for r in p.blocking})
+        raise CommandError(
+            f"the deploy would refuse to start: {count} blocking condition(s) reported above", returncode=3
+        )
     if code:
-        reason = "a deploy would refuse (see Blocking)" if code == 3 else "changes found (--fail)"
-        raise CommandError(reason, returncode=code)
+        raise CommandError("changes found (--fail)", returncode=code)
 
 
 def _plan_stack(

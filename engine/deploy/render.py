@@ -55,7 +55,7 @@ def render_text(plans: list[StackPlan]) -> str:
     lines: list[str] = []
     for p in plans:
         _render_node(p, lines, indent="")
-    nodes = _walk(plans)
+    nodes = walk(plans)
     cdkd = list(dict.fromkeys(r for p in nodes for r in p.cdkd_blocking))
     admin = [r for r in dict.fromkeys(r for p in nodes for r in p.blocking) if r not in cdkd]
     if cdkd:
@@ -67,11 +67,12 @@ def render_text(plans: list[StackPlan]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _walk(plans: list[StackPlan]) -> list[StackPlan]:
+def walk(plans: list[StackPlan]) -> list[StackPlan]:
+    """Every node, depth first."""
     out = []
     for p in plans:
         out.append(p)
-        out.extend(_walk(p.children))
+        out.extend(walk(p.children))
     return out
 
 
@@ -150,7 +151,7 @@ def _render_node(p: StackPlan, lines: list[str], indent: str) -> None:
 
 def exit_code(plans: list[StackPlan], *, fail: bool) -> int:
     """3 when a deploy would refuse, else 1 with --fail and something to change, else 0."""
-    if any(p.blocking for p in _walk(plans)):
+    if any(p.blocking for p in walk(plans)):
         return 3
     if fail and any(p.has_changes for p in plans):
         return 1

@@ -73,6 +73,8 @@ def test_it_exits_3_after_printing_the_preview_of_a_malformed_record(world):
     world.put(A1, BUCKET, KEY, record)
     code, out = diff_exit("--account", A1, "--app", str(SAMPLE / "assembly"))
     assert code == 3
+    with pytest.raises(CommandError, match="the deploy would refuse to start: 2 blocking condition"):
+        cdkd("diff", "--account", A1, "--app", str(SAMPLE / "assembly"))
     assert out.splitlines()[0] == "Stack GoldenCdkStack (us-east-1): no changes"
     assert "Blocking (cdkd deploy will refuse):" in out and "the outputs bag is unreadable" in out
 
