@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
 from engine.errors import EngineError
+from stacks.deploycli import add_diff_parser, run_diff
 from stacks.models import Account, Stack
 from stacks.records import read_record, record_versions
 
@@ -160,6 +161,8 @@ class Command(BaseCommand):
         rotate = enc_sub.add_parser("rotate", help="re-encrypt every body with the first key of CDKD_ENCRYPTION_KEYS")
         rotate.add_argument("--batch-size", type=int, default=200)
         rotate.add_argument("--json", action="store_true")
+
+        add_diff_parser(sub)
 
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
@@ -635,6 +638,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"scrub did not fully succeed for {len(bad)} of {len(rows)} stack(s): {named}", returncode=2
             )
+
+    def do_diff(self, o: dict) -> None:
+        run_diff(self, o)
 
     # --- worker --------------------------------------------------------------------------
 
