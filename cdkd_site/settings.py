@@ -151,7 +151,6 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Reverse proxies in front that append to X-Forwarded-For (0: the TCP peer is the client).
 CDKD_PROXY_COUNT = envint("CDKD_PROXY_COUNT", "0")
 AXES_CLIENT_IP_CALLABLE = "cdkd_site.auth.client_ip"
-AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "stacks"
 LOGOUT_REDIRECT_URL = "login"
