@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_rq",
     "axes",
+    "cdkd_site.apps.SiteConfig",
     "stacks",
 ]
 
@@ -93,6 +94,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "cdkd_site.sessions.IdleTimeoutMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -151,6 +153,8 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 # Reverse proxies in front that append to X-Forwarded-For (0: the TCP peer is the client).
 CDKD_PROXY_COUNT = envint("CDKD_PROXY_COUNT", "0")
 AXES_CLIENT_IP_CALLABLE = "cdkd_site.auth.client_ip"
+# No axes banner on every manage.py command; lockouts are still logged as warnings.
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "stacks"
 LOGOUT_REDIRECT_URL = "login"
@@ -175,9 +179,9 @@ STORAGES = {
 }
 
 # --- Sessions and HTTPS -------------------------------------------------------------------
-# Seconds without a request after which a session ends (every request pushes it forward).
-SESSION_COOKIE_AGE = envint("CDKD_SESSION_IDLE_SECONDS", "28800", minimum=60)
-SESSION_SAVE_EVERY_REQUEST = True
+# Seconds without a request after which a session ends: activity pushes the expiry
+# forward (cdkd_site.sessions, at most once a minute).
+SESSION_COOKIE_AGE = envint("CDKD_SESSION_IDLE_SECONDS", "28800", minimum=120)
 SESSION_COOKIE_HTTPONLY = True
 # The site is served over HTTPS (behind a proxy that sets X-Forwarded-Proto): turns on
 # every setting `manage.py check --deploy` asks for.

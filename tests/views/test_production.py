@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 import time_machine
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.http import HttpRequest
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import include, path, reverse
 from django.utils import timezone
 
@@ -98,8 +100,6 @@ def test_it_names_each_missing_https_setting_without_cdkd_https():
 
 @pytest.mark.django_db(transaction=True)
 def test_it_serves_the_app_and_its_static_files_from_gunicorn(tmp_path, alice):
-    from django.db import connection
-
     if connection.vendor != "postgresql":
         pytest.skip("the gunicorn process shares the test database only on PostgreSQL")
     from tests.support.webserver import gunicorn_server
@@ -252,9 +252,34 @@ def test_it_ends_a_session_after_the_idle_time_and_not_before(client, alice, set
         assert response.url.startswith(reverse("login"))
 
 
+@pytest.mark.django_db
+def test_it_writes_the_session_at_most_once_a_minute_while_polled(client, alice, settings):
+    settings.SESSION_COOKIE_AGE = 600
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        assert login(client, "pw").status_code == 302
+        writes = []
+        for _ in range(30):  # a page polling every second for half a minute
+            clock.shift(timedelta(seconds=1))
+            with CaptureQueriesContext(connection) as queries:
+                assert client.get(reverse("stacks")).status_code == 200
+            writes += [q["sql"] for q in queries if "django_session" in q["sql"] and "UPDATE" in q["sql"]]
+        assert writes == []
+        clock.shift(timedelta(seconds=31))
+        with CaptureQueriesContext(connection) as queries:
+            client.get(reverse("stacks"))
+        assert [q for q in queries if "django_session" in q["sql"] and "UPDATE" in q["sql"]]
+
+
+@pytest.mark.django_db
+def test_it_keeps_force_login_sessions_quiet_on_the_first_request(alice_client):
+    with CaptureQueriesContext(connection) as queries:
+        assert alice_client.get(reverse("stacks")).status_code == 200
+    assert not [q for q in queries if "django_session" in q["sql"] and "UPDATE" in q["sql"]]
+
+
 def test_it_reads_the_idle_time_from_the_environment():
     env = {"DEBUG": "True", "CDKD_SESSION_IDLE_SECONDS": "900", "DATABASE_URL": "sqlite:///:memory:"}
-    assert setting_in_child(env, "settings.SESSION_COOKIE_AGE, settings.SESSION_SAVE_EVERY_REQUEST") == "900 True"
+    assert setting_in_child(env, "settings.SESSION_COOKIE_AGE") == "900"
 
 
 # --- 403 / 404 / 500 pages ----------------------------------------------------------------
