@@ -172,7 +172,7 @@ def test_it_refuses_the_right_password_after_six_wrong_ones(client, alice):
     response = login(client, "pw")
     assert response.status_code == 429
     page = response.content.decode()
-    assert "Too many failed logins" in page and 'class="topbar"' in page
+    assert "Too many failed logins" in page and "paused for 15 minutes" in page and 'class="topbar"' in page
     assert "_auth_user_id" not in client.session
     assert client.get(reverse("stacks")).status_code == 302  # still logged out
 
