@@ -27,8 +27,6 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import include, path, reverse
 from django.utils import timezone
 
-from cdkd_site.auth import client_ip
-
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_ENV = {
     "DEBUG": "False",
@@ -216,6 +214,8 @@ def test_it_lifts_the_lockout_after_the_cool_off(client, alice):
 
 
 def test_it_takes_the_address_our_outermost_proxy_saw(settings):
+    from cdkd_site.auth import client_ip
+
     request = HttpRequest()
     request.META = {"REMOTE_ADDR": "10.0.0.5", "HTTP_X_FORWARDED_FOR": "6.6.6.6, 198.51.100.20, 10.0.0.9"}
     settings.CDKD_PROXY_COUNT = 0
