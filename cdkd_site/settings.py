@@ -1,8 +1,9 @@
 """cdkd Admin settings: one module, every deployment knob read from the environment.
 
-The defaults make `manage.py runserver` work on a fresh checkout (SQLite, DEBUG on, a
-Redis on localhost). A value that is present but malformed stops start-up with a message
-that names the variable and what it should look like.
+The defaults are production's (DEBUG off, so SECRET_KEY is required); `DEBUG=True
+manage.py runserver` works on a fresh checkout (SQLite, a development key, a Redis on
+localhost). A value that is present but malformed stops start-up with a message that
+names the variable and what it should look like.
 """
 
 from __future__ import annotations
