@@ -259,5 +259,7 @@ LOGGING = {
         "botocore": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
         "werkzeug": {"level": "ERROR"},
+        # Each failed login's failure and lockout warnings, without three INFO lines more.
+        "axes": {"level": "WARNING"},
     },
 }
