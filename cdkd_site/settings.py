@@ -1,8 +1,9 @@
 """cdkd Admin settings: one module, every deployment knob read from the environment.
 
-The defaults make `manage.py runserver` work on a fresh checkout (SQLite, DEBUG on, a
-Redis on localhost). A value that is present but malformed stops start-up with a message
-that names the variable and what it should look like.
+The defaults are production's (DEBUG off, so SECRET_KEY is required); `DEBUG=True
+manage.py runserver` works on a fresh checkout (SQLite, a development key, a Redis on
+localhost). A value that is present but malformed stops start-up with a message that
+names the variable and what it should look like.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import base64
 import hashlib
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -49,12 +51,22 @@ def envsecret(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-DEBUG = envbool("DEBUG", "True")
+# pytest-django runs the suite with DEBUG off, as production runs. A test run gets fixed
+# test-only keys, exported so the worker processes a test starts read the same ones.
+TESTING = "pytest" in sys.modules
+if TESTING:
+    os.environ.setdefault("SECRET_KEY", "test-only-secret-key-never-used-outside-pytest")
+    os.environ.setdefault("CDKD_ENCRYPTION_KEYS", "dGVzdC1vbmx5LWZlcm5ldC1rZXktMzItYnl0ZXMhISE=")
+
+# Off unless asked for: a forgotten variable must not serve debug pages to the world.
+DEBUG = envbool("DEBUG", "False")
 
 SECRET_KEY = envsecret("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+        raise ImproperlyConfigured(
+            "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off (DEBUG=True for a development key)"
+        )
     SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
 
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h.strip()]
@@ -71,19 +83,27 @@ INSTALLED_APPS = [
     "template_partials",
     "django_htmx",
     "django_rq",
+    "axes",
+    "cdkd_site.apps.SiteConfig",
     "stacks",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files straight from gunicorn, before sessions and auth touch the request.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "cdkd_site.sessions.IdleTimeoutMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "cdkd_site.urls"
@@ -125,6 +145,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# django-axes first: it refuses a locked-out username+address before a password is checked.
+AUTHENTICATION_BACKENDS = ["cdkd_site.auth.LoginThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
+# Wrong passwords for one username from one address before that pair is locked out.
+AXES_FAILURE_LIMIT = envint("CDKD_LOGIN_FAILURE_LIMIT", "5", minimum=1)
+# Minutes a locked-out username+address waits (each further try restarts the wait).
+AXES_COOLOFF_TIME = timedelta(minutes=envint("CDKD_LOGIN_COOLOFF_MINUTES", "15", minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Reverse proxies in front that append to X-Forwarded-For (0: the TCP peer is the client).
+CDKD_PROXY_COUNT = envint("CDKD_PROXY_COUNT", "0")
+AXES_CLIENT_IP_CALLABLE = "cdkd_site.auth.client_ip"
+# No axes banner on every manage.py command; lockouts are still logged as warnings.
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "stacks"
 LOGOUT_REDIRECT_URL = "login"
@@ -135,12 +169,58 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# Where `manage.py collectstatic` puts the files whitenoise serves.
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "var" / "static")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed, compressed names served forever-cacheable by whitenoise after collectstatic;
+    # tests render pages without a collectstatic run.
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if TESTING
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
+# --- Sessions and HTTPS -------------------------------------------------------------------
+# Seconds without a request after which a session ends: activity pushes the expiry
+# forward (cdkd_site.sessions, at most once a minute).
+SESSION_COOKIE_AGE = envint("CDKD_SESSION_IDLE_SECONDS", "28800", minimum=120)
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", "False")
+# The site is served over HTTPS (behind a proxy that sets X-Forwarded-Proto): turns on
+# every setting `manage.py check --deploy` asks for.
+CDKD_HTTPS = envbool("CDKD_HTTPS", "False")
+# Seconds browsers remember to use only HTTPS (with CDKD_HTTPS); preload needs a year.
+CDKD_HSTS_SECONDS = envint("CDKD_HSTS_SECONDS", "31536000")
+SESSION_COOKIE_SECURE = CDKD_HTTPS or envbool("SECURE_COOKIES", "False")
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+if CDKD_HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = CDKD_HSTS_SECONDS
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
 X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# Scripts and styles only from our own static files: no inline script, no eval (htmx is
+# told not to need either in base.html). Style attributes stay allowed for the widths
+# of progress bars and tree indents; <style> elements do not.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 # --- Redis and RQ -------------------------------------------------------------------------
 # REDIS_URL="fakeredis://" keeps queues in process memory (tests and the zero-setup demo).
@@ -207,5 +287,7 @@ LOGGING = {
         "botocore": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
         "werkzeug": {"level": "ERROR"},
+        # Each failed login's failure and lockout warnings, without three INFO lines more.
+        "axes": {"level": "WARNING"},
     },
 }

@@ -5,7 +5,11 @@
 2. seeds three accounts' state buckets with a realistic cdkd world (engine.demo);
 3. migrates the database (DATABASE_URL, else SQLite at var/demo.sqlite3), sets the `admin`
    login to a fresh password, registers the accounts and runs a first sync;
-4. starts the worker (`manage.py cdkd worker`) and the web app (`runserver`), prints one URL.
+4. collects the static files and starts the worker (`manage.py cdkd worker`) and the web app
+   (`gunicorn cdkd_site.wsgi`, DEBUG off: what production runs), prints one URL.
+
+Secrets: SECRET_KEY and CDKD_ENCRYPTION_KEYS (a Fernet key for the bodies stored in the
+database) from the environment if set, else generated once into var/ and reused by later runs.
 
 Redis: REDIS_URL if set; else a Redis answering on 127.0.0.1:6379 (database 15, which the
 demo empties); else a fakeredis TCP server inside this process, which the worker reaches
@@ -131,6 +135,29 @@ def manage(env: dict[str, str], *args: str, check: bool = True, capture: bool = 
     return result
 
 
+def demo_secret(name: str, filename: str, make) -> str:
+    """NAME from the environment, else the value kept in var/FILENAME (made on first use), so
+    a restarted demo can still read what it encrypted and keeps its sessions."""
+    if os.environ.get(name):
+        return os.environ[name]
+    path = VAR / filename
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(make() + "\n")
+    return path.read_text().strip()
+
+
+def production_env() -> None:
+    """Run as production does: DEBUG off, a real secret key and an encryption key."""
+    from cryptography.fernet import Fernet
+
+    os.environ["DEBUG"] = "False"
+    os.environ["SECRET_KEY"] = demo_secret("SECRET_KEY", "demo-secret-key", lambda: secrets.token_urlsafe(50))
+    os.environ["CDKD_ENCRYPTION_KEYS"] = demo_secret(
+        "CDKD_ENCRYPTION_KEYS", "demo-encryption-key", lambda: Fernet.generate_key().decode()
+    )
+
+
 def choose_redis(force_fake: bool = False) -> tuple[str, str, Any]:
     """(REDIS_URL, what to tell the user, a server object to stop or None)."""
     if os.environ.get("REDIS_URL") and not force_fake:
@@ -170,6 +197,7 @@ def main() -> None:
     VAR.mkdir(exist_ok=True)
 
     say("cdkd Admin demo")
+    production_env()
     children = Children()
     redis_server = None
 
@@ -298,12 +326,17 @@ def main() -> None:
             if worker.poll() is not None:
                 fail(f"the worker exited with code {worker.returncode}", VAR / "demo-worker.log")
             say(f"  worker     {note} (log: var/demo-worker.log)")
+        manage(env, "collectstatic", "--noinput", "-v", "0")
         web_port = pick_port(args.port)
         web_log = VAR / "demo-web.log"
-        web = children.start("web", [PY, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"], web_log, env)
+        # One process when the queues live in this process's fakeredis:// (no worker).
+        workers = "1" if redis_url.startswith("fakeredis://") else "2"
+        gunicorn = [PY, "-m", "gunicorn", "cdkd_site.wsgi", "--bind", f"127.0.0.1:{web_port}"]
+        gunicorn += ["--workers", workers, "--threads", "4", "--access-logfile", "-"]
+        web = children.start("web", gunicorn, web_log, env)
         url = f"http://127.0.0.1:{web_port}/"
         wait_http(url, web, "the web app", web_log)
-        say("  web app    running (log: var/demo-web.log)")
+        say("  web app    gunicorn, DEBUG off (log: var/demo-web.log)")
         say()
         say(f"  Open {url}  and log in as  admin / {password}")
         say("  (olivia, an operator, and arthur, an approver, on every account: same password)")

@@ -51,4 +51,6 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 
 export CDKD_SYNC_INTERVAL=0
+# DEBUG is off by default, as in production; under pytest the settings supply test-only
+# SECRET_KEY and CDKD_ENCRYPTION_KEYS values (never used outside a test run).
 exec .venv/bin/python -m pytest "$@"

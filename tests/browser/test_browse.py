@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from unittest import mock
 
 import pytest
+from playwright.sync_api import expect
 
 from engine.backend import StoredObject, VersionInfo
 from stacks import history
@@ -72,7 +73,7 @@ def test_it_browses_searches_and_diffs(page, live_server, artifacts):
     page.screenshot(path=str(artifacts / "stacks.png"), full_page=True)
 
     page.fill("#id_q", "q-orders")  # a physical id: found through the resource search
-    page.wait_for_function("document.querySelectorAll('#stack-table tbody tr').length === 1")
+    expect(page.locator("#stack-table tbody tr")).to_have_count(1)  # no string predicate: CSP forbids eval
     assert "q=q-orders" in page.url
     assert page.locator("#stack-table tbody tr a").inner_text() == "orders"
 
