@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 import time_machine
 from django.core.exceptions import PermissionDenied
 from django.db import connection
@@ -41,7 +42,12 @@ DEPLOY_ENV = {
 def child(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`manage.py ARGS` in a fresh process (settings read anew) with exactly `env` on top
     of PATH: nothing of this test run's environment leaks in."""
-    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+    # Production also needs a body-encryption key; a test that is about it passes its own.
+    base = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "CDKD_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+    }
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60
     )
