@@ -681,6 +681,9 @@ class AuditEvent(models.Model):
     operation = models.ForeignKey(
         Operation, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events"
     )
+    operation_kind = models.CharField(
+        max_length=32, blank=True, help_text="The operation's kind, so an exported event reads on its own"
+    )
     plan_digest = models.CharField(max_length=80, blank=True)
     etag_before = models.CharField(max_length=128, blank=True)
     etag_after = models.CharField(max_length=128, blank=True)
@@ -709,28 +712,27 @@ class AuditEvent(models.Model):
         raise PermissionError("the audit log is append-only")
 
     def canonical(self) -> str:
-        """The fields the hash covers, in a fixed order."""
+        """The fields the hash covers, in a fixed order. `operation_kind` joins the list
+        only when set, so the events written before the field existed verify unchanged."""
         import json
 
-        return json.dumps(
-            [
-                self.prev_hash,
-                self.created_at.isoformat(),
-                self.actor,
-                self.action,
-                self.account_ref,
-                self.stack_name,
-                self.region,
-                self.operation_id,
-                self.plan_digest,
-                self.etag_before,
-                self.etag_after,
-                self.result,
-                self.error,
-                self.client_address,
-                self.details,
-            ],
-            ensure_ascii=False,
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        fields: list = [
+            self.prev_hash,
+            self.created_at.isoformat(),
+            self.actor,
+            self.action,
+            self.account_ref,
+            self.stack_name,
+            self.region,
+            self.operation_id,
+            self.plan_digest,
+            self.etag_before,
+            self.etag_after,
+            self.result,
+            self.error,
+            self.client_address,
+            self.details,
+        ]
+        if self.operation_kind:
+            fields.append({"operationKind": self.operation_kind})
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
