@@ -542,7 +542,9 @@ class Destroy:
         warnings: list[str] = []
         scan = bool(outputs)
         if scan:
-            consumers, unreadable = scan_consumers(ctx, stack, region)
+            # A plan may take the pipeline's mirror (no GET per record); `_accept` re-checks the bucket.
+            finder = ctx.consumers or (lambda s, r: scan_consumers(ctx, s, r))
+            consumers, unreadable = finder(stack, region)
             if consumers:
                 raise _refuse_consumers(stack, region, consumers)
             warnings += [f"could not read {u}; skipped by the import check, as cdkd skips it" for u in unreadable]

@@ -12,10 +12,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from stacks import audit
+from stacks import audit, operations
 from stacks.access import get_account_or_404, has_role
 from stacks.forms import MemberAddForm, MemberRoleForm, PolicyForm
-from stacks.models import Account, ApprovalPolicy, Membership, OperationKind
+from stacks.models import Account, ApprovalPolicy, Membership, OperationKind, min_approvers
 from stacks.views.common import AuthedRequest
 from stacks.views.operations import refusal
 
@@ -49,14 +49,16 @@ def _settings_page(
     add_form: MemberAddForm | None = None,
 ) -> HttpResponse:
     rows = {p.kind: p for p in ApprovalPolicy.objects.filter(account=account)}
-    # No row: one approver, valid 24 hours (what `operations.policy_for` assumes).
+    # What `operations.policy_for` applies: the row (or one approver, 24 hours) raised to the floor.
+    effective = {kind: operations.policy_for(account, kind) for kind in OperationKind}
     policies = [
         {
             "kind": kind,
             "row": rows.get(kind),
-            "required": rows[kind].approval_required if kind in rows else True,
-            "needed": max(rows[kind].approvers_needed, 1) if kind in rows else 1,
+            "required": effective[kind].approval_required,
+            "needed": effective[kind].approvers_needed,
             "hours": rows[kind].validity_hours if kind in rows else 24,
+            "floor": min_approvers(kind),
         }
         for kind in OperationKind
     ]

@@ -152,8 +152,9 @@ def test_it_refuses_a_damaged_record_in_one_line(aws, account):
     assert aws.etag(A1, BUCKET, KEY) is not None
 
 
-def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, django_user_model):
+def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, django_user_model, settings):
     queue = shared_queue
+    settings.CDKD_MIN_APPROVERS_DESTROY = 0  # this installation lets a policy run destroy unapproved
     names = [f"q{i}" for i in range(6)]
     aws.put(A1, BUCKET, KEY, record(queue_rows(aws, names)))
     sync_account(account)
@@ -162,7 +163,7 @@ def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, dja
     op = request_operation(root, account, "destroy", "App", "us-east-1", {"concurrency": 1})
 
     aws.proxy.latency = 0.4
-    with worker_process(aws.endpoint) as worker:
+    with worker_process(aws.endpoint, CDKD_MIN_APPROVERS_DESTROY="0") as worker:
         wait_for(lambda: len(existing_queues(aws)) <= 3, timeout=60, what="half of the queues to be deleted")
         kill_tree(worker.pid)
         worker.wait(timeout=10)
