@@ -28,12 +28,13 @@ def _admin_account(request: AuthedRequest, account_id: str) -> Account | HttpRes
     return account
 
 
-def _record(request: AuthedRequest, action: str, account: Account, result: str) -> None:
+def _record(request: AuthedRequest, action: str, account: Account, result: str, kind: str = "") -> None:
     audit.record(
         action,
         actor=request.user.get_username(),
         actor_user=request.user,
         account=account,
+        operation_kind=kind,
         result="ok",
         details={"change": result},
         client_address=audit.client_ip(request),
@@ -106,7 +107,7 @@ def account_policy(request: AuthedRequest, account_id: str) -> HttpResponse:
             summary = f"{data['kind']}: {data['approvers_needed']}x {data['validity_hours']}h"
         else:
             summary = f"{data['kind']}: no approval"
-        _record(request, "policy.changed", account, summary)
+        _record(request, "policy.changed", account, summary, kind=data["kind"])
     messages.success(request, f"Saved the policy for {OperationKind(data['kind']).label.lower()} on {account}.")
     return redirect("account_settings", account_id=account.account_id)
 

@@ -101,3 +101,12 @@ def test_verify_answers_404_for_an_account_the_person_cannot_see(client, otto, v
     assert login(client, otto).get(reverse("audit"), {"verify": "999999999999"}).status_code == 404
     assert login(client, vera).get(reverse("audit"), {"verify": prod.account_id}).status_code == 403
     assert login(client, ada).get(reverse("audit"), {"verify": prod.account_id}).status_code == 200
+
+
+def test_a_policy_change_names_the_kind_it_changes(client, ada, prod):
+    data = {"kind": "restore", "approval_required": "on", "approvers_needed": 2, "validity_hours": 4}
+    assert login(client, ada).post(reverse("account_policy", args=[prod.account_id]), data).status_code == 302
+
+    event = AuditEvent.objects.get(action="policy.changed")
+    assert event.operation_kind == "restore" and event.operation_id is None
+    assert audit.verify(prod.account_id) == (1, [])
