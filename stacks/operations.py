@@ -66,8 +66,9 @@ def policy_for(account: Account, kind: str) -> EffectivePolicy:
         required, needed = row.approval_required, max(row.approvers_needed, 1)
         validity = timedelta(hours=row.validity_hours)
     floor = min_approvers(kind)
-    if floor:
-        required, needed = True, max(needed, floor) if required else floor
+    if floor:  # the installation's floor wins over a row that asks for less (or for no approval)
+        needed = max(needed, floor) if required else floor
+        required = True
     return EffectivePolicy(required, needed, validity)
 
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from django.utils import timezone
 from rq import SimpleWorker
 
@@ -152,9 +153,9 @@ def test_it_refuses_a_damaged_record_in_one_line(aws, account):
     assert aws.etag(A1, BUCKET, KEY) is not None
 
 
-def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, django_user_model, settings):
+@override_settings(CDKD_MIN_APPROVERS_DESTROY=0)  # this installation lets a policy run destroy unapproved
+def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, django_user_model):
     queue = shared_queue
-    settings.CDKD_MIN_APPROVERS_DESTROY = 0  # this installation lets a policy run destroy unapproved
     names = [f"q{i}" for i in range(6)]
     aws.put(A1, BUCKET, KEY, record(queue_rows(aws, names)))
     sync_account(account)
