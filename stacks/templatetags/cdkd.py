@@ -19,7 +19,7 @@ register = template.Library()
 def visible(value: Any) -> str:
     """Control and bidi characters as their escapes (`RTL-\\u202egnp.exe`). Every HTML
     response gets this from `stacks.visible.VisibleControlsMiddleware`; the filter is for
-    text that leaves the page as text (a `data-` attribute, a download name)."""
+    a value the middleware leaves alone (an attribute other than `title`)."""
     return _visible(str(value))
 
 

@@ -10,6 +10,8 @@ from typing import Any
 from django.http import JsonResponse, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 
+from stacks.visible import visible
+
 
 class _Echo:
     """A file-like sink for csv.writer that hands each row back instead of storing it."""
@@ -49,11 +51,12 @@ def csv_download(rows: Iterable[dict[str, Any]], fields: list[str], filename: st
     """Streamed, so a large export never sits in memory; nested values as compact JSON;
     every text cell neutralised against formula injection (`neutralise`)."""
     response = StreamingHttpResponse(_csv_lines(rows, fields), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = content_disposition_header(True, f"{filename}.csv")
+    response["Content-Disposition"] = content_disposition_header(True, f"{visible(filename)}.csv")
     return response
 
 
 def json_download(value: Any, filename: str) -> JsonResponse:
     response = JsonResponse(value, safe=False, json_dumps_params={"ensure_ascii": False})
-    response["Content-Disposition"] = content_disposition_header(True, f"{filename}.json")
+    # A stack name may hold a bidi override: the saved file's name must not read reversed.
+    response["Content-Disposition"] = content_disposition_header(True, f"{visible(filename)}.json")
     return response

@@ -119,6 +119,14 @@ def test_the_orphan_picker_shows_escapes_and_posts_the_real_id(olivia_client, ho
     assert "Queue\\u2066Evil" in page and page.count("\u2066") == 1
 
 
+def test_export_file_names_show_escapes(olivia_client, hostile):
+    response = olivia_client.get(reverse("event_run", args=[A, "us-east-1", NAME, RUN]), {"format": "json"})
+    assert response.status_code == 200
+    assert "\u202e" not in response["Content-Disposition"]
+    assert 'filename="RTL-\\\\u202egnp.exe-' in response["Content-Disposition"]  # a quoted-string escape
+    assert response.json()[0]["stackName"] == NAME  # the data itself is exported as stored
+
+
 def test_htmx_partials_show_escapes(olivia_client, hostile):
     response = olivia_client.get(reverse("stacks"), {"q": "RTL"}, headers={"HX-Request": "true"})
     assert response.status_code == 200
