@@ -120,6 +120,8 @@ class VisibleControlsMiddleware:
         response = self.get_response(request)
         if getattr(response, "streaming", False) or "text/html" not in response.get("Content-Type", ""):
             return response
+        if response.has_header("Content-Encoding"):  # compressed already: list this below GZipMiddleware
+            return response
         charset = response.charset or "utf-8"
         try:
             html = response.content.decode(charset)
