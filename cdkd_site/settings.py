@@ -93,6 +93,8 @@ MIDDLEWARE = [
     # Static files straight from gunicorn, before sessions and auth touch the request.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Control and bidi characters from buckets shown as escapes on every HTML page.
+    "stacks.visible.VisibleControlsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -245,6 +247,20 @@ CDKD_SYNC_ACCOUNT_CONCURRENCY = envint("CDKD_SYNC_ACCOUNT_CONCURRENCY", "4", min
 # The region cdkd would use as its CLI region (legacy bucket names carry it).
 CDKD_DEFAULT_REGION = os.environ.get("CDKD_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
 CDKD_PAGE_SIZE = envint("CDKD_PAGE_SIZE", "50", minimum=1)
+# The fewest approvers (never the requester) destroy needs on every account; no account policy goes below.
+CDKD_MIN_APPROVERS_DESTROY = envint("CDKD_MIN_APPROVERS_DESTROY", "1")
+# The same floor for deploy (the next issue's operation kind).
+CDKD_MIN_APPROVERS_DEPLOY = envint("CDKD_MIN_APPROVERS_DEPLOY", "1")
+# The floor for orphaning a whole record (0: an account's policy may switch approval off).
+CDKD_MIN_APPROVERS_ORPHAN = envint("CDKD_MIN_APPROVERS_ORPHAN", "0")
+# The floor for orphaning single resources.
+CDKD_MIN_APPROVERS_ORPHAN_RESOURCES = envint("CDKD_MIN_APPROVERS_ORPHAN_RESOURCES", "0")
+# The floor for restoring an earlier version of a record.
+CDKD_MIN_APPROVERS_RESTORE = envint("CDKD_MIN_APPROVERS_RESTORE", "0")
+# The floor for scrubbing secrets out of a record.
+CDKD_MIN_APPROVERS_SCRUB = envint("CDKD_MIN_APPROVERS_SCRUB", "0")
+# The floor for force-unlocking a stack.
+CDKD_MIN_APPROVERS_FORCE_UNLOCK = envint("CDKD_MIN_APPROVERS_FORCE_UNLOCK", "0")
 # How long a sync trusts the bucket name and region an earlier sync resolved.
 CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 # A running operation whose worker wrote no heartbeat for this long is marked abandoned.
@@ -281,7 +297,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # No control, bidi or line-break character from a bucket or a request reaches a log raw.
+    "filters": {"visible": {"()": "stacks.visible.EscapeControlsFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["visible"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "botocore": {"level": "WARNING"},

@@ -96,7 +96,15 @@ from engine.graph import CycleError, build_graph
 from engine.keys import NESTED_SEPARATOR, KeyKind, child_stack_name
 from engine.masking import MASK, Masker
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan, register
-from engine.schema import SUPPORTED_VERSION, StackState, dump_state, js_stringify, parse_state
+from engine.schema import (
+    SUPPORTED_VERSION,
+    StackState,
+    dump_state,
+    js_stringify,
+    parse_state,
+    version_line,
+    write_version,
+)
 
 NESTED_STACK_TYPE = "AWS::CloudFormation::Stack"
 DEFAULT_CONCURRENCY = 8
@@ -261,6 +269,9 @@ def _digest(value: Any) -> str:
 
 # Fields a destroy snapshot may change; everything else must stay as planned.
 _SNAPSHOT_FIELDS = ("resources", "outputs", "imports", "outputReads", "lastModified", "version", "stackName", "region")
+
+
+_TRIM_DROPS = ("imports", "outputReads")  # what a destroy snapshot leaves out
 
 
 def _residual_digest(data: dict[str, Any]) -> str:
@@ -487,7 +498,8 @@ class Destroy:
         changes += [
             f"when everything is gone: delete {tokens}, then {key} (If-Match), then {journal} with its "
             f"noncurrent versions, then {ctx.stack}'s entries of {ctx.layout.exports_index_key(ctx.region)}",
-            "otherwise: the record stays, trimmed to what still exists (outputs cleared, imports dropped)",
+            "otherwise: the record stays, trimmed to what still exists (outputs cleared, imports dropped); it "
+            + version_line(parse_state(stored.body).version, data["schema_version"]),
             f"record this run in {ctx.layout.events_prefix(ctx.stack, ctx.region)} (cdkd's event history)",
         ]
         parent = ctx.stack.rsplit(NESTED_SEPARATOR, 1)
@@ -542,7 +554,9 @@ class Destroy:
         warnings: list[str] = []
         scan = bool(outputs)
         if scan:
-            consumers, unreadable = scan_consumers(ctx, stack, region)
+            # A plan may take the pipeline's mirror (no GET per record); `_accept` re-checks the bucket.
+            finder = ctx.consumers or (lambda s, r: scan_consumers(ctx, s, r))
+            consumers, unreadable = finder(stack, region)
             if consumers:
                 raise _refuse_consumers(stack, region, consumers)
             warnings += [f"could not read {u}; skipped by the import check, as cdkd skips it" for u in unreadable]
@@ -589,6 +603,8 @@ class Destroy:
             "residual": _residual_digest(parsed.data),
             "cross": _cross_digest(parsed.data),
             "scan_imports": scan,
+            # What a trimmed snapshot is stamped with: the record's version (it only loses fields).
+            "schema_version": write_version({k: v for k, v in parsed.data.items() if k not in _TRIM_DROPS}),
         }
         return data, changes, warnings
 

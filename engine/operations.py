@@ -116,6 +116,9 @@ class Context:
     log: LogFn = lambda level, message: None  # noqa: E731
     progress: ProgressFn = lambda done, total, detail=None: None  # noqa: E731
     cancel_event: threading.Event = field(default_factory=threading.Event)
+    # Who imports (stack, region): (consumers, unreadable). Set by the pipeline so a PLAN
+    # reads its mirror instead of every record of the bucket; execute always reads the bucket.
+    consumers: Callable[[str, str], tuple[list[str], list[str]]] | None = None
 
     @property
     def lock_owner(self) -> str:

@@ -43,7 +43,15 @@ from engine.errors import EngineError, NotFound, PreconditionFailed, RecordRefus
 from engine.locks import purge_lock_versions, read_lock
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan, register
 from engine.rewrite import UnresolvedReferences, rewrite_references
-from engine.schema import SUPPORTED_VERSION, StackState, dump_state, js_stringify, parse_state
+from engine.schema import (
+    SUPPORTED_VERSION,
+    StackState,
+    dump_state,
+    js_stringify,
+    parse_state,
+    version_line,
+    write_version,
+)
 
 AWS_UNTOUCHED = "The AWS resources are NOT deleted or changed: they stay live, and cdkd stops tracking them."
 LEDGER_VERSION = 1
@@ -406,8 +414,8 @@ class OrphanResources:
             )
         if "skippedOutputs" in parsed.data:
             changes.append("drop skippedOutputs (every save outside a deploy does)")
-        if parsed.version != SUPPORTED_VERSION:
-            changes.append(f"the record is written as version {SUPPORTED_VERSION} (was {parsed.version or 'unset'})")
+        version = write_version(result.state)
+        changes.append(version_line(parsed.version, version))
         return Plan(
             kind=self.kind,
             stack=ctx.stack,
@@ -425,6 +433,7 @@ class OrphanResources:
                 "unresolved": result.unresolved,
                 "force": bool(ctx.params.get("force")),
                 "ledger_etag": ledger.etag if ledger is not None else None,
+                "schema_version": version,
             },
         )
 

@@ -13,7 +13,8 @@ Contract:
   chosen body that is not writable (not JSON, damaged: restoring it would write the
   damage back; newer than 11: never written), and a current record newer than 11 (the
   app never overwrites what a newer cdkd wrote).
-- The write goes through `dump_state`: `version` becomes 11, `stackName` and `region` are
+- The write goes through `dump_state`: `version` stays the chosen version's (a repair
+  keeps the record's version, DESIGN; the plan names it), `stackName` and `region` are
   stamped from the key, every other field is kept except `skippedOutputs`, which every
   save outside a deploy drops (seed 000: the outputs it refers to may differ now).
 - `execute` holds the stack's lock, re-reads the record (ETag must still be `plan.etag`),
@@ -30,7 +31,7 @@ from typing import Any
 from engine.backend import StoredObject
 from engine.errors import NotFound, PreconditionFailed, RecordRefused
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan, register
-from engine.schema import SUPPORTED_VERSION, ParsedRecord, dump_state, parse_state
+from engine.schema import SUPPORTED_VERSION, ParsedRecord, dump_state, parse_state, version_line
 
 
 def _read(ctx: Context, key: str) -> StoredObject | None:
@@ -159,11 +160,8 @@ class Restore:
         chosen, body = self._body(ctx, key, version_id)
         written = json.loads(body)
         changes = diff_records(current_data, written) or ["no difference in content"]
-        notes = []
-        if chosen.version != SUPPORTED_VERSION:
-            notes.append(
-                f"the restored record is written as version {SUPPORTED_VERSION} (it was {chosen.version or 'unset'})"
-            )
+        version = written["version"]
+        notes = [version_line(chosen.version, version).replace("the record", "the chosen version")]
         if chosen.stack_name() != ctx.stack or chosen.body_region() != ctx.region:
             notes.append(f"stackName and region are stamped from the key ({ctx.stack}, {ctx.region})")
         if chosen.state is not None and isinstance(chosen.data, dict) and "skippedOutputs" in chosen.data:
@@ -179,7 +177,11 @@ class Restore:
             ),
             changes=changes + notes,
             warnings=[],
-            data={"version_id": version_id, "body_sha256": hashlib.sha256(body).hexdigest()},
+            data={
+                "version_id": version_id,
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "schema_version": version,
+            },
         )
 
     def execute(self, ctx: Context, plan: Plan) -> Outcome:

@@ -949,10 +949,76 @@ def _to_bytes(text: str) -> bytes:
     return text.encode("utf-8", errors="backslashreplace")
 
 
+# The schema version that introduced each field (seed 000, "Schema version history"); a
+# field the seeds mark "no bump" is absent. Region-scoped keys (every write here) are v2+.
+_TOP_FIELD_VERSIONS = {
+    "imports": 4,
+    "parentStack": 6,
+    "parentLogicalId": 6,
+    "parentRegion": 6,
+    "outputReads": 8,
+    "exportNames": 9,
+}
+_ROW_FIELD_VERSIONS = {
+    "observedProperties": 3,
+    "deletionPolicy": 5,
+    "updateReplacePolicy": 5,
+    "provisionedBy": 7,
+    "observedBaselineRefused": 10,
+    "noEchoLeaves": 11,
+    "noEchoAttributeNames": 11,
+}
+_REGION_KEY_VERSION = 2
+
+
+def fields_version(body: dict[str, Any]) -> int:
+    """The lowest schema version whose readers know every field `body` holds (rows and
+    orphan records' rows included), at least 2: every write goes to a region-scoped key."""
+    needed = _REGION_KEY_VERSION
+    for name, version in _TOP_FIELD_VERSIONS.items():
+        if name in body:
+            needed = max(needed, version)
+    resources = body.get("resources")
+    rows = list(resources.values()) if isinstance(resources, dict) else []
+    orphans = body.get("orphans")
+    rows += [o.get("state") for o in orphans if isinstance(o, dict)] if isinstance(orphans, list) else []
+    for row in rows:
+        if isinstance(row, dict):
+            for name, version in _ROW_FIELD_VERSIONS.items():
+                if name in row:
+                    needed = max(needed, version)
+    return needed
+
+
+def write_version(state: StackState | dict[str, Any]) -> int:
+    """The `version` `dump_state` stamps: a record without one is new and is written at
+    SUPPORTED_VERSION (seeds: new records are v11); a repair keeps the record's version, or
+    the lowest newer one its fields need (`fields_version`), so an older cdkd that reads the
+    record now still reads it after the repair. A plan states this number."""
+    body = state.to_json_value() if isinstance(state, StackState) else state
+    if "version" not in body:
+        return SUPPORTED_VERSION
+    verdict, number = _version_verdict(body["version"])
+    if verdict != "ok" or number is None:
+        return SUPPORTED_VERSION  # never reached by dump_state: a bad version is a blocking defect
+    return max(number, fields_version(body))
+
+
+def version_line(was: Any, version: int) -> str:
+    """The line a plan shows for its save: the version `write_version` stamps, and why."""
+    if was is None:
+        return f"writes schema version {version} (the record names none: written as a new record)"
+    if was == version:
+        return f"writes schema version {version} (the record's own)"
+    return f"writes schema version {version} (was {was}; the lowest version that knows every field it holds)"
+
+
 def dump_state(state: StackState, *, stack_name: str, region: str) -> bytes:
-    """cdkd's writer: `version: 11`, stackName/region stamped from the key, 2-space indent,
-    no trailing newline, unknown fields as read. Raises engine.errors.RecordRefused for a
-    record newer than SUPPORTED_VERSION, and for a record with any blocking defect."""
+    """cdkd's writer: `version` as `write_version` decides (11 for a new record, the
+    record's own for a repair unless its fields need newer), stackName/region stamped from
+    the key, 2-space indent, no trailing newline, unknown fields as read. Raises
+    engine.errors.RecordRefused for a record newer than SUPPORTED_VERSION, and for a record
+    with any blocking defect."""
     body = state.to_json_value()
     if "version" in body:
         verdict, number = _version_verdict(body["version"])
@@ -969,7 +1035,7 @@ def dump_state(state: StackState, *, stack_name: str, region: str) -> bytes:
             f"{defects[0].message}"
         )
     # {...state, version, stackName, region}: keys already held keep their position.
-    body["version"] = SUPPORTED_VERSION
+    body["version"] = write_version(body)
     body["stackName"] = stack_name
     body["region"] = region
     return _to_bytes(js_stringify(body, indent=2))

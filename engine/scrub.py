@@ -47,7 +47,15 @@ from engine.backend import StateBucket, StoredObject
 from engine.errors import EngineError, NotFound, PreconditionFailed, RecordRefused
 from engine.keys import CR_RESPONSE_PREFIX, EXPORTS_INDEX_DIR, KeyKind, KeyLayout, ParsedKey
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan, register
-from engine.schema import SUPPORTED_VERSION, StackState, dump_state, js_stringify, parse_state
+from engine.schema import (
+    SUPPORTED_VERSION,
+    StackState,
+    dump_state,
+    js_stringify,
+    parse_state,
+    version_line,
+    write_version,
+)
 from engine.secrets import (
     SECRET_KEY_LABEL,
     Candidates,
@@ -769,6 +777,9 @@ class Scrub:
             changes.append(f"{item['key']}: exports {', '.join(item['entries'])} -> the new output value(s)")
         if derived.state is not None and derived.state.has("skippedOutputs") and (derived.rewrites or index_changes):
             changes.append(f"{key}: drop skippedOutputs (every save outside a deploy does)")
+        version = write_version(derived.state) if derived.state is not None and derived.rewrites else None
+        if version is not None:
+            changes.append(f"{key}: {version_line(derived.state.version, version)}")
         # Every key that held a finding of this stack (the scan kept only those), the record
         # itself when rewritten (its old body becomes noncurrent), and each index patched.
         purge_keys = sorted(
@@ -815,6 +826,7 @@ class Scrub:
                 "left": left,
                 "sources": sorted({f.source for f in result.findings}),
                 "history_findings": len(history),
+                "schema_version": version,
             },
         )
 

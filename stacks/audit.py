@@ -26,6 +26,7 @@ def record(
     actor_user=None,
     account: Account | None = None,
     operation: Operation | None = None,
+    operation_kind: str = "",
     stack_name: str = "",
     region: str | None = "",
     plan_digest: str = "",
@@ -43,6 +44,7 @@ def record(
         stack_name = stack_name or operation.stack_name
         region = region or operation.region or ""
         plan_digest = plan_digest or operation.plan_digest
+        operation_kind = operation_kind or operation.kind
     with transaction.atomic():
         account_ref = ""
         if account is not None:
@@ -58,6 +60,7 @@ def record(
             stack_name=stack_name or "",
             region=region or "",
             operation=operation,
+            operation_kind=(operation_kind or "")[:32],
             plan_digest=plan_digest or "",
             etag_before=etag_before or "",
             etag_after=etag_after or "",

@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from stacks.models import LockState, OperationKind, OperationStatus, Role
+from stacks.models import LockState, OperationKind, OperationStatus, Role, policy_floor_problem
 
 
 class StackFilterForm(forms.Form):
@@ -226,6 +226,14 @@ class PolicyForm(forms.Form):
     approval_required = forms.BooleanField(required=False)
     approvers_needed = forms.IntegerField(min_value=1, max_value=20, initial=1)
     validity_hours = forms.IntegerField(min_value=1, max_value=24 * 90, initial=24)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("kind") and data.get("approvers_needed") is not None:
+            problem = policy_floor_problem(data["kind"], data.get("approval_required", False), data["approvers_needed"])
+            if problem:
+                self.add_error(None, problem)
+        return data
 
 
 class MemberAddForm(forms.Form):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -158,6 +159,12 @@ class Stack(models.Model):
 
     resource_count = models.PositiveIntegerField(default=0)
     output_count = models.PositiveIntegerField(default=0)
+    # What destroy's import check reads from the mirror (stacks.consumers.mirror_imports).
+    imports = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The record's imports entries, or why they cannot be read; null = not mirrored yet",
+    )
     synced_at = models.DateTimeField()
 
     class Meta:
@@ -626,9 +633,28 @@ class Operation(models.Model):
         return self.region or "legacy"
 
 
+def min_approvers(kind: str) -> int:
+    """The installation's floor for `kind` (settings `CDKD_MIN_APPROVERS_<KIND>`): the fewest
+    approvers it needs on every account, whatever the account's policy row says."""
+    return getattr(settings, "CDKD_MIN_APPROVERS_" + kind.upper().replace("-", "_"), 0)
+
+
+def policy_floor_problem(kind: str, approval_required: bool, approvers_needed: int) -> str | None:
+    """Why a policy goes below the floor, in one sentence for the person who set it; None when it does not."""
+    floor = min_approvers(kind)
+    if floor and (not approval_required or approvers_needed < floor):
+        setting = "CDKD_MIN_APPROVERS_" + kind.upper().replace("-", "_")
+        return (
+            f"{kind} needs at least {floor} approver(s) on every account ({setting}={floor}): approval cannot be "
+            f"switched off or set below that here."
+        )
+    return None
+
+
 class ApprovalPolicy(models.Model):
     """Whether an operation kind needs approval on an account, by how many, for how long.
-    Without a row, every kind needs one approver and an approval lasts 24 hours."""
+    Without a row, every kind needs one approver and an approval lasts 24 hours. A row never
+    lowers the installation's floor (`min_approvers`): the run-time check applies it too."""
 
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="approval_policies")
     kind = models.CharField(max_length=32, choices=OperationKind.choices)
@@ -643,6 +669,12 @@ class ApprovalPolicy(models.Model):
     def __str__(self) -> str:
         need = f"{self.approvers_needed} approver(s)" if self.approval_required else "no approval"
         return f"{self.kind} on {self.account}: {need}"
+
+    def clean(self) -> None:
+        # The admin site's form validates here; the settings page's PolicyForm says the same.
+        problem = policy_floor_problem(self.kind, self.approval_required, self.approvers_needed)
+        if problem:
+            raise ValidationError(problem)
 
 
 class Approval(models.Model):
@@ -689,6 +721,9 @@ class AuditEvent(models.Model):
     operation = models.ForeignKey(
         Operation, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events"
     )
+    operation_kind = models.CharField(
+        max_length=32, blank=True, help_text="The operation's kind, so an exported event reads on its own"
+    )
     plan_digest = models.CharField(max_length=80, blank=True)
     etag_before = models.CharField(max_length=128, blank=True)
     etag_after = models.CharField(max_length=128, blank=True)
@@ -717,28 +752,27 @@ class AuditEvent(models.Model):
         raise PermissionError("the audit log is append-only")
 
     def canonical(self) -> str:
-        """The fields the hash covers, in a fixed order."""
+        """The fields the hash covers, in a fixed order. `operation_kind` joins the list
+        only when set, so the events written before the field existed verify unchanged."""
         import json
 
-        return json.dumps(
-            [
-                self.prev_hash,
-                self.created_at.isoformat(),
-                self.actor,
-                self.action,
-                self.account_ref,
-                self.stack_name,
-                self.region,
-                self.operation_id,
-                self.plan_digest,
-                self.etag_before,
-                self.etag_after,
-                self.result,
-                self.error,
-                self.client_address,
-                self.details,
-            ],
-            ensure_ascii=False,
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        fields: list = [
+            self.prev_hash,
+            self.created_at.isoformat(),
+            self.actor,
+            self.action,
+            self.account_ref,
+            self.stack_name,
+            self.region,
+            self.operation_id,
+            self.plan_digest,
+            self.etag_before,
+            self.etag_after,
+            self.result,
+            self.error,
+            self.client_address,
+            self.details,
+        ]
+        if self.operation_kind:
+            fields.append({"operationKind": self.operation_kind})
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)

@@ -26,6 +26,7 @@ from engine.keys import KeyLayout
 from engine.operations import Context, OperationRefused, Plan, StalePlan, spec_for
 from stacks import audit
 from stacks.access import has_role, role_on
+from stacks.consumers import mirror_finder
 from stacks.models import (
     Account,
     Approval,
@@ -33,6 +34,7 @@ from stacks.models import (
     Operation,
     OperationStatus,
     Role,
+    min_approvers,
 )
 from stacks.records import open_bucket
 
@@ -55,10 +57,19 @@ class EffectivePolicy:
 
 
 def policy_for(account: Account, kind: str) -> EffectivePolicy:
+    """The account's policy for `kind`, raised to the installation's floor (`min_approvers`)
+    whatever its row says: every check (request, decide, the worker's start) reads this."""
     row = ApprovalPolicy.objects.filter(account=account, kind=kind).first()
     if row is None:
-        return EffectivePolicy(True, 1, timedelta(hours=24))
-    return EffectivePolicy(row.approval_required, max(row.approvers_needed, 1), timedelta(hours=row.validity_hours))
+        required, needed, validity = True, 1, timedelta(hours=24)
+    else:
+        required, needed = row.approval_required, max(row.approvers_needed, 1)
+        validity = timedelta(hours=row.validity_hours)
+    floor = min_approvers(kind)
+    if floor:  # the installation's floor wins over a row that asks for less (or for no approval)
+        needed = max(needed, floor) if required else floor
+        required = True
+    return EffectivePolicy(required, needed, validity)
 
 
 def _actor_name(user) -> str:
@@ -91,7 +102,9 @@ def compute_plan(account: Account, kind: str, stack_name: str, region: str | Non
     probe = Operation(
         kind=kind, account=account, stack_name=stack_name, region=region, params=params, requester_name=person
     )
-    return spec_for(kind).plan(_context(probe))
+    ctx = _context(probe)
+    ctx.consumers = mirror_finder(account)  # destroy's import check: the mirror, not a GET per record
+    return spec_for(kind).plan(ctx)
 
 
 def _enqueue(op: Operation) -> None:

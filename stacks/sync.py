@@ -30,6 +30,7 @@ from engine.errors import AccessDenied, BucketNotFound, EngineError, NotFound
 from engine.keys import KeyKind, KeyLayout
 from stacks import eventsync
 from stacks.access import accounts_for
+from stacks.consumers import mirror_imports
 from stacks.models import (
     Account,
     BucketStatus,
@@ -183,6 +184,7 @@ def _stack_fields(layout: KeyLayout, obj: StoredObject, now) -> tuple[dict, list
         "depth": max(len(lineage) - 1, 0),
         "resource_count": len(rows),
         "output_count": len(record.outputs()),
+        "imports": mirror_imports(record),
         "synced_at": now,
     }
     resources = []

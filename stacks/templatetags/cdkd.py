@@ -10,7 +10,17 @@ from typing import Any
 
 from django import template
 
+from stacks.visible import visible as _visible
+
 register = template.Library()
+
+
+@register.filter(is_safe=True)
+def visible(value: Any) -> str:
+    """Control and bidi characters as their escapes (`RTL-\\u202egnp.exe`). Every HTML
+    response gets this from `stacks.visible.VisibleControlsMiddleware`; the filter is for
+    a value the middleware leaves alone (an attribute other than `title`)."""
+    return _visible(str(value))
 
 
 @register.filter

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -32,6 +32,7 @@ EXPORT_FIELDS = [
     "stack",
     "region",
     "operation",
+    "operationKind",
     "planDigest",
     "etagBefore",
     "etagAfter",
@@ -89,7 +90,9 @@ def audit_log(request: AuthedRequest) -> HttpResponse | StreamingHttpResponse:
     chain = None
     if ref := filters.get("verify"):
         account = next((a for a in accounts if a.account_id == ref), None)
-        if account is None or not has_role(user, account, Role.ADMIN):
+        if account is None:  # as everywhere: an account without a role on it does not exist here
+            raise Http404("No such account")
+        if not has_role(user, account, Role.ADMIN):
             return refusal(request, "Only an admin of the account can verify its audit chain.", 403)
         checked, problems = audit.verify(ref)
         chain = {"account": account, "checked": checked, "problems": problems}

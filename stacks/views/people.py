@@ -13,10 +13,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from stacks import audit
+from stacks import audit, operations
 from stacks.access import get_account_or_404, has_role
 from stacks.forms import MemberAddForm, MemberRevealForm, MemberRoleForm, PolicyForm
-from stacks.models import Account, ApprovalPolicy, Membership, OperationKind
+from stacks.models import Account, ApprovalPolicy, Membership, OperationKind, min_approvers
 from stacks.views.common import AuthedRequest
 from stacks.views.operations import refusal
 
@@ -29,12 +29,13 @@ def _admin_account(request: AuthedRequest, account_id: str) -> Account | HttpRes
     return account
 
 
-def _record(request: AuthedRequest, action: str, account: Account, result: str) -> None:
+def _record(request: AuthedRequest, action: str, account: Account, result: str, kind: str = "") -> None:
     audit.record(
         action,
         actor=request.user.get_username(),
         actor_user=request.user,
         account=account,
+        operation_kind=kind,
         result="ok",
         details={"change": result},
         client_address=audit.client_ip(request),
@@ -50,14 +51,16 @@ def _settings_page(
     add_form: MemberAddForm | None = None,
 ) -> HttpResponse:
     rows = {p.kind: p for p in ApprovalPolicy.objects.filter(account=account)}
-    # No row: one approver, valid 24 hours (what `operations.policy_for` assumes).
+    # What `operations.policy_for` applies: the row (or one approver, 24 hours) raised to the floor.
+    effective = {kind: operations.policy_for(account, kind) for kind in OperationKind}
     policies = [
         {
             "kind": kind,
             "row": rows.get(kind),
-            "required": rows[kind].approval_required if kind in rows else True,
-            "needed": max(rows[kind].approvers_needed, 1) if kind in rows else 1,
+            "required": effective[kind].approval_required,
+            "needed": effective[kind].approvers_needed,
             "hours": rows[kind].validity_hours if kind in rows else 24,
+            "floor": min_approvers(kind),
         }
         for kind in OperationKind
     ]
@@ -105,7 +108,7 @@ def account_policy(request: AuthedRequest, account_id: str) -> HttpResponse:
             summary = f"{data['kind']}: {data['approvers_needed']}x {data['validity_hours']}h"
         else:
             summary = f"{data['kind']}: no approval"
-        _record(request, "policy.changed", account, summary)
+        _record(request, "policy.changed", account, summary, kind=data["kind"])
     messages.success(request, f"Saved the policy for {OperationKind(data['kind']).label.lower()} on {account}.")
     return redirect("account_settings", account_id=account.account_id)
 

@@ -184,12 +184,11 @@ def stored(aws, key: str = STATE) -> dict[str, Any] | None:
 
 def snapshot_of(original: dict[str, Any], remaining: list[str], last_modified: int) -> bytes:
     """What cdkd's destroy snapshot must be: {...state, resources (trimmed), outputs: {},
-    imports/outputReads dropped, version 11}, 2-space JSON, no trailing newline."""
+    imports/outputReads dropped, the record's own version}, 2-space JSON, no trailing newline."""
     body = {k: v for k, v in original.items() if k not in ("imports", "outputReads")}
     body["resources"] = {lid: row for lid, row in original["resources"].items() if lid in remaining}
     body["outputs"] = {}
     body["lastModified"] = last_modified
-    body["version"] = 11
     return json.dumps(body, indent=2).encode()
 
 

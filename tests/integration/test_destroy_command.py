@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from django.utils import timezone
 from rq import SimpleWorker
 
@@ -152,6 +153,7 @@ def test_it_refuses_a_damaged_record_in_one_line(aws, account):
     assert aws.etag(A1, BUCKET, KEY) is not None
 
 
+@override_settings(CDKD_MIN_APPROVERS_DESTROY=0)  # this installation lets a policy run destroy unapproved
 def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, django_user_model):
     queue = shared_queue
     names = [f"q{i}" for i in range(6)]
@@ -162,7 +164,7 @@ def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, dja
     op = request_operation(root, account, "destroy", "App", "us-east-1", {"concurrency": 1})
 
     aws.proxy.latency = 0.4
-    with worker_process(aws.endpoint) as worker:
+    with worker_process(aws.endpoint, CDKD_MIN_APPROVERS_DESTROY="0") as worker:
         wait_for(lambda: len(existing_queues(aws)) <= 3, timeout=60, what="half of the queues to be deleted")
         kill_tree(worker.pid)
         worker.wait(timeout=10)

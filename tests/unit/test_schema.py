@@ -116,16 +116,43 @@ def _version(n: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("n", range(1, 12))
-def test_it_parses_every_version_and_writes_it_back_as_11(n: int) -> None:
+def test_it_parses_every_version_and_writes_it_back_at_its_own_version(n: int) -> None:
     body = _version(n)
     rec = parsed(body)
     assert rec.defects == [] and rec.warnings == []
     assert rec.version == n and rec.writable and not rec.newer_than_supported
     assert rec.data == body and rec.state is not None
     out = dump_state(rec.state, stack_name=f"V{n}", region="us-east-1")
-    assert json.loads(out) == {**body, "version": SUPPORTED_VERSION}
-    assert out == js({**body, "version": SUPPORTED_VERSION})
+    kept = max(n, 2)  # a repair keeps the version; a legacy v1 body goes to a region key (v2)
+    assert schema.write_version(rec.state) == kept
+    assert json.loads(out) == {**body, "version": kept}
+    assert out == js({**body, "version": kept})
     assert rec.resource_rows() == [("B", body["resources"]["B"])]
+
+
+@pytest.mark.parametrize("n", range(1, 12))
+def test_each_versions_fields_need_exactly_that_version(n: int) -> None:
+    assert schema.fields_version(_version(n)) == max(n, 2)
+    assert schema.fields_version({**_version(n), "version": 1}) == max(n, 2)
+
+
+def test_a_repair_that_holds_a_newer_field_writes_the_lowest_version_that_knows_it() -> None:
+    body = _version(8)
+    rec = parsed(body)
+    rec.state.resources["B"]["observedBaselineRefused"] = True  # a v10 field
+    assert json.loads(dump_state(rec.state, stack_name="V8", region="us-east-1"))["version"] == 10
+    body = _version(5)
+    body["orphans"] = [{"logicalId": "Old", "orphanedAt": 5, "state": row(physicalId="o", noEchoLeaves=[["P"]])}]
+    assert json.loads(dump_state(parsed(body).state, stack_name="V5", region="us-east-1"))["version"] == 11
+    # Fields the seeds add without a bump do not raise it.
+    body = _version(3)
+    body.update(skippedOutputs={"X": "sha256:1"}, conditionVerdicts={})
+    body["resources"]["B"].update(noEchoExactEchoLeaves=[["P"]], maskedPropertyFingerprints={"P": "sha256:2"})
+    assert json.loads(dump_state(parsed(body).state, stack_name="V3", region="us-east-1"))["version"] == 3
+
+
+def test_a_new_record_is_written_at_11() -> None:
+    assert schema.write_version(StackState(resources={})) == SUPPORTED_VERSION == 11
 
 
 def test_it_reads_the_fields_each_version_introduced() -> None:
@@ -148,14 +175,14 @@ def test_it_reads_the_fields_each_version_introduced() -> None:
     assert parsed(_version(5)).parent() is None and parsed(_version(5)).orphans() == []
 
 
-def test_it_round_trips_the_cdkd_written_sample_byte_for_byte_except_the_version() -> None:
+def test_it_round_trips_the_cdkd_written_sample_byte_for_byte() -> None:
     raw = SAMPLE.read_bytes()
     rec = parse_state(raw, key_region="us-east-1", stack_name="DeployStack")
     assert rec.defects == [] and rec.version == 8
     out = dump_state(rec.state, stack_name="DeployStack", region="us-east-1")
-    # The sample's key order (version, region, stackName) is kept; only the number changes.
-    assert out == raw.replace(b'"version": 8,', b'"version": 11,', 1)
-    assert out.startswith(b'{\n  "version": 11,\n  "region": "us-east-1",\n  "stackName": "DeployStack",')
+    # cdkd 0.284 wrote it at version 8 and reads nothing newer: the write keeps 8 and the key order.
+    assert out == raw
+    assert out.startswith(b'{\n  "version": 8,\n  "region": "us-east-1",\n  "stackName": "DeployStack",')
     assert not out.endswith(b"\n")
 
 

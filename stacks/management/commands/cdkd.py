@@ -51,6 +51,7 @@ def audit_json(e) -> dict[str, Any]:
         "stack": e.stack_name,
         "region": e.region,
         "operation": e.operation_id,
+        "operationKind": e.operation_kind,
         "planDigest": e.plan_digest,
         "etagBefore": e.etag_before,
         "etagAfter": e.etag_after,

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("stacks", "0008_encrypt_bodies"),
+        ("stacks", "0010_encrypt_bodies"),
     ]
 
     operations = [

@@ -63,7 +63,7 @@ def unseal_events(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("stacks", "0007_account_bucket_checked_at"),
+        ("stacks", "0009_stack_imports"),
     ]
 
     operations = [
