@@ -21,6 +21,7 @@ Contracts:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from engine import aws
 from engine.aws import AccountAccess, RequestCounter, ResolvedBucket
 from engine.errors import EngineError, NotFound, PreconditionFailed, UnconfirmedWrite
+
+logger = logging.getLogger(__name__)
 
 # The If-Match of a delete that must find NO object (a sibling that was absent when read):
 # S3 answers 404 while the key stays absent, 412 once someone has written it. No MD5 is
@@ -204,6 +207,7 @@ class StateBucket:
             current = self._read_back("PutObject", key, exc)
             if current is None or current.body != body:
                 raise  # not ours: someone else's object, or ours never landed
+            logger.info("PutObject s3://%s/%s: the answer was lost (%s); read back, the write is ours", self.name, key, exc)
             return StoredObject(
                 key=key,
                 body=body,
@@ -236,6 +240,7 @@ class StateBucket:
                 raise
             current = self._read_back("DeleteObject", key, exc)
             if current is None:
+                logger.info("DeleteObject s3://%s/%s: the answer was lost (%s); read back, it is gone", self.name, key, exc)
                 return True  # gone: what our delete did
             if if_match and current.etag != if_match and isinstance(exc, NotFound):
                 raise aws.with_code(
@@ -248,6 +253,22 @@ class StateBucket:
                 ) from None
             raise
         return False
+
+    def delete_current(self, key: str) -> str | None:
+        """Delete whatever `key` holds now, conditionally: read its ETag, then delete with
+        `If-Match` on it, or, when it is absent, probe with `ABSENT_ETAG` (S3 still checks
+        the permission first, no delete marker is added, and a key written meanwhile is not
+        deleted). Returns the ETag deleted, or None when there was nothing. Raises
+        PreconditionFailed when someone wrote the key between the read and the delete."""
+        try:
+            etag: str | None = self.get(key).etag
+        except NotFound:
+            etag = None
+        try:
+            self.delete(key, if_match=etag or ABSENT_ETAG)
+        except NotFound:
+            pass  # absent, or deleted by someone since the read: the key is gone either way
+        return etag
 
     def _read_back(self, api: str, key: str, cause: EngineError) -> StoredObject | None:
         """The key's current object (None when gone) after `api` failed with `cause` in a way
@@ -370,7 +391,9 @@ def _maybe_applied(exc: EngineError) -> bool:
     connection or timeout, after the SDK's retries), S3 answered 5xx (its 500 may follow a
     commit), or the SDK re-sent it and the answer we see is to a re-send."""
     status = getattr(exc, "status", None)
-    return status is None or status >= 500 or getattr(exc, "retry_attempts", 0) > 0
+    if getattr(exc, "retry_attempts", 0) > 0:
+        return True
+    return status is None or (status >= 500 and status != 501)  # 501: the endpoint cannot do it at all
 
 
 def _condition(if_match: str | None, if_none_match: bool) -> str:

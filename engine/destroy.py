@@ -1301,7 +1301,9 @@ class _Run:
             return
         tokens = ctx.layout.create_tokens_key(stack, region)
         try:
-            ctx.bucket.delete(tokens)  # issued even when absent: S3 checks the permission first
+            # If-Match on the ledger as read now (or "only while absent"): issued even when
+            # absent, since S3 checks the permission first.
+            ctx.bucket.delete_current(tokens)
         except EngineError as exc:
             message = f"could not delete {tokens} ({exc}); the record is left in place (cdkd does the same)"
             result.warnings.append(message)
