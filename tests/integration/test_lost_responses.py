@@ -4,6 +4,9 @@ every operation's result, its audit event and the bucket's bytes agree."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from engine.backend import ABSENT_ETAG, StateBucket
@@ -87,3 +90,288 @@ def test_it_deletes_an_absent_key_only_while_it_stays_absent(aws, bucket):
     with pytest.raises(PreconditionFailed):
         bucket.delete(KEY, if_match=ABSENT_ETAG)
     assert aws.get(A1, BUCKET, KEY) == b"appeared"
+
+
+# --- every operation, end to end -------------------------------------------------------------
+#
+# Each fault hits one write of the operation: "drop" forwards it (it lands) and loses the
+# answer, "commit-500" lands it and answers 500 InternalError, "slowdown" answers the first
+# attempt 503 SlowDown without forwarding it. The SDK retries all three. The operation's
+# result, its audit event and the bucket must agree.
+
+STACK = "App"
+REGION = "us-east-1"
+BASE = f"cdkd/{STACK}/{REGION}"
+STATE = f"{BASE}/state.json"
+TOKENS = f"{BASE}/create-tokens.json"
+JOURNAL = f"{BASE}/rollback-journal.json"
+EXPORTS = f"cdkd/_index/{REGION}/exports.json"
+STREAMS = f"{BASE}/deployments/*"
+RUN_INDEX = f"{BASE}/deployments/index.json"
+
+
+def _drop(proxy, api: str, key: str) -> None:
+    proxy.drop_response(api, key=key)
+
+
+def _commit_500(proxy, api: str, key: str) -> None:
+    proxy.fail_request(api, 500, "InternalError", key=key, commit=True)
+
+
+def _slowdown(proxy, api: str, key: str) -> None:
+    proxy.fail_request(api, 503, "SlowDown", key=key)
+
+
+FAULTS = {"drop": _drop, "commit-500": _commit_500, "slowdown": _slowdown}
+
+
+def cdkd_json(value: Any) -> bytes:
+    return json.dumps(value, indent=2).encode()
+
+
+def row(name: str, **extra: Any) -> dict[str, Any]:
+    return {"physicalId": name, "resourceType": "AWS::SQS::Queue", "properties": {"QueueName": name}, **extra}
+
+
+def app_record(**extra: Any) -> dict[str, Any]:
+    return {
+        "version": 11,
+        "stackName": STACK,
+        "region": REGION,
+        "resources": {"Old": row("old"), "Keep": row("keep", dependencies=["Old"])},
+        "outputs": {},
+        "lastModified": 1_700_000_000_000,
+        **extra,
+    }
+
+
+LEDGER = {"ledgerVersion": 1, "nonce": "0" * 32, "sent": {"Old": {"base": "b", "token": "t", "firstSentAt": 1}}}
+
+
+@pytest.fixture
+def account(aws, db):
+    from stacks.models import Account
+
+    aws.make_bucket(A1, BUCKET)
+    return Account.objects.create(account_id=A1, role_arn=f"arn:aws:iam::{A1}:role/cdkd-admin")
+
+
+def run(account, kind: str, params: dict[str, Any] | None = None):
+    from stacks.operations import run_direct
+
+    return run_direct(kind, account, STACK, REGION, params or {}, actor="cli:tess")
+
+
+def finished(op) -> Any:
+    from stacks.models import AuditEvent
+
+    return AuditEvent.objects.get(operation=op, action="operation.finished")
+
+
+def assert_agrees(aws, op, status: str, key: str = STATE) -> None:
+    """The operation's status, its audit event and the bucket's current ETag of `key` agree."""
+    op.refresh_from_db()
+    event = finished(op)
+    assert (op.status, event.result) == (status, status), (op.error, op.result)
+    assert (op.etag_after or None) == aws.etag(A1, BUCKET, key) == (event.etag_after or None)
+
+
+def current_versions(aws, key: str) -> list[dict[str, Any]]:
+    answer = aws.s3(A1).list_object_versions(Bucket=BUCKET, Prefix=key)
+    return [v for v in answer.get("Versions", []) if v["Key"] == key]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize(("api", "target"), [("DeleteObject", STATE), ("DeleteObject", TOKENS)])
+def test_orphan_agrees_with_the_bucket_after_a_lost_answer(aws, account, fault, api, target):
+    aws.put(A1, BUCKET, STATE, app_record())
+    aws.put(A1, BUCKET, TOKENS, LEDGER)
+    aws.put(A1, BUCKET, JOURNAL, {"journalVersion": 1, "segments": []})
+    FAULTS[fault](aws.proxy, api, target)
+
+    op = run(account, "orphan")
+
+    assert_agrees(aws, op, "succeeded")
+    # Every key went, and the journal cleanup after the record was not skipped.
+    assert [aws.etag(A1, BUCKET, k) for k in (STATE, TOKENS, JOURNAL)] == [None, None, None]
+    assert current_versions(aws, JOURNAL) == []  # its noncurrent versions were purged too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_orphan_deletes_the_ledger_only_as_it_read_it(aws, account):
+    """The create-tokens.json delete is conditional: it carries If-Match on the ledger."""
+    aws.put(A1, BUCKET, STATE, app_record())
+    ledger = aws.put(A1, BUCKET, TOKENS, LEDGER)
+    conditions: list[tuple[str, str | None]] = []
+
+    def spy(api, method, path, headers):
+        if api == "DeleteObject":
+            conditions.append((path.partition(f"/{BUCKET}/")[2], headers.get("if-match")))
+
+    aws.proxy.add_hook(spy)
+    op = run(account, "orphan")
+
+    assert_agrees(aws, op, "succeeded")
+    assert conditions[:2] == [(TOKENS, ledger["ETag"]), (STATE, op.plan_etag)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("target", [STATE, TOKENS])
+def test_orphan_resources_agrees_with_the_bucket_after_a_lost_answer(aws, account, fault, target):
+    aws.put(A1, BUCKET, STATE, app_record())
+    aws.put(A1, BUCKET, TOKENS, LEDGER)
+    FAULTS[fault](aws.proxy, "PutObject", target)
+
+    op = run(account, "orphan-resources", {"resources": ["Old"]})
+
+    assert_agrees(aws, op, "succeeded")
+    stored = json.loads(aws.get(A1, BUCKET, STATE))
+    assert list(stored["resources"]) == ["Keep"]
+    assert json.loads(aws.get(A1, BUCKET, TOKENS))["nonce"] != LEDGER["nonce"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_restore_agrees_with_the_bucket_after_a_lost_answer(aws, account, fault):
+    older = aws.put(A1, BUCKET, STATE, app_record(outputs={"Back": "yes"}))
+    aws.put(A1, BUCKET, STATE, app_record())
+    FAULTS[fault](aws.proxy, "PutObject", STATE)
+
+    op = run(account, "restore", {"version_id": older["VersionId"]})
+
+    assert_agrees(aws, op, "succeeded")
+    assert json.loads(aws.get(A1, BUCKET, STATE))["outputs"] == {"Back": "yes"}
+    assert op.result["details"]["new_version_id"] == current_versions(aws, STATE)[0]["VersionId"]
+
+
+SECRET = "Pw-db-0123456789abc"
+
+
+def _scrub_world(aws) -> None:
+    sm = aws.account_session(A1).client("secretsmanager", region_name=REGION, endpoint_url=aws.moto.url)
+    sm.create_secret(Name="prod/db", SecretString=SECRET)
+    aws.put(A1, BUCKET, STATE, app_record(outputs={"DbPassword": SECRET}))
+    aws.put(
+        A1,
+        BUCKET,
+        EXPORTS,
+        {
+            "indexVersion": 1,
+            "region": REGION,
+            "exports": {"DbPassword": {"value": SECRET, "producerStack": STACK, "producerRegion": REGION}},
+            "lastModified": 1,
+        },
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("target", [STATE, EXPORTS])
+def test_scrub_agrees_with_the_bucket_after_a_lost_answer(aws, account, fault, target):
+    _scrub_world(aws)
+    FAULTS[fault](aws.proxy, "PutObject", target)
+
+    op = run(account, "scrub")
+
+    assert_agrees(aws, op, "succeeded")
+    assert SECRET.encode() not in aws.get(A1, BUCKET, STATE)
+    assert SECRET.encode() not in aws.get(A1, BUCKET, EXPORTS)
+    assert op.result["details"]["index"] == [{"key": EXPORTS, "entries": ["DbPassword"], "result": "patched"}]
+
+
+def _queues(aws, names: list[str]) -> dict[str, Any]:
+    sqs = aws.account_session(A1).client("sqs", region_name=REGION, endpoint_url=aws.moto.url)
+    rows = {}
+    for name in names:
+        url = sqs.create_queue(QueueName=name)["QueueUrl"]
+        rows[name.title()] = {**row(url), "properties": {"QueueName": name}, "provisionedBy": "sdk"}
+    return rows
+
+
+def _live_queues(aws) -> list[str]:
+    sqs = aws.account_session(A1).client("sqs", region_name=REGION, endpoint_url=aws.moto.url)
+    return sqs.list_queues().get("QueueUrls", [])
+
+
+def _destroy_world(aws) -> None:
+    aws.put(A1, BUCKET, STATE, app_record(resources=_queues(aws, ["first", "second"])))
+    aws.put(A1, BUCKET, TOKENS, LEDGER)
+    aws.put(
+        A1,
+        BUCKET,
+        EXPORTS,
+        {
+            "indexVersion": 1,
+            "exports": {
+                "AppUrl": {"value": "u", "producerStack": STACK, "producerRegion": REGION},
+                "OtherUrl": {"value": "o", "producerStack": "Other", "producerRegion": REGION},
+            },
+            "lastModified": 1,
+        },
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize(
+    ("api", "target", "what"),
+    [
+        ("PutObject", STATE, "trim"),
+        ("DeleteObject", STATE, "final delete"),
+        ("DeleteObject", TOKENS, "ledger delete"),
+        ("PutObject", EXPORTS, "exports index"),
+        ("PutObject", RUN_INDEX, "event store index"),
+        ("PutObject", STREAMS, "event stream"),
+    ],
+)
+def test_destroy_agrees_with_the_bucket_after_a_lost_answer(aws, account, fault, api, target, what):
+    _destroy_world(aws)
+    FAULTS[fault](aws.proxy, api, target)
+
+    op = run(account, "destroy", {"concurrency": 1})
+
+    assert_agrees(aws, op, "succeeded")
+    assert op.result["warnings"] == []
+    assert _live_queues(aws) == []
+    assert [aws.etag(A1, BUCKET, k) for k in (STATE, TOKENS)] == [None, None]
+    assert list(json.loads(aws.get(A1, BUCKET, EXPORTS))["exports"]) == ["OtherUrl"]
+    runs = json.loads(aws.get(A1, BUCKET, RUN_INDEX))["runs"]
+    assert [r["runId"] for r in runs] == [op.result["details"]["run_id"]]
+    stream = aws.get(A1, BUCKET, f"{BASE}/deployments/{runs[0]['runId']}.jsonl")
+    assert len(stream.splitlines()) == runs[0]["eventCount"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_event_store_recognises_a_stream_write_whose_every_answer_was_lost(aws, account):
+    """All of the SDK's attempts land and lose their answers: the read-back still finds the
+    stream, so the run index is written and no warning claims the history is incomplete."""
+    _destroy_world(aws)
+    aws.proxy.drop_response("PutObject", key=STREAMS, count=99)
+
+    op = run(account, "destroy", {"concurrency": 1})
+
+    assert_agrees(aws, op, "succeeded")
+    assert op.result["warnings"] == []
+    runs = json.loads(aws.get(A1, BUCKET, RUN_INDEX))["runs"]
+    assert [r["runId"] for r in runs] == [op.result["details"]["run_id"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_that_never_landed_is_reported_failed_with_the_bucket_unchanged(aws, account, monkeypatch):
+    """503 SlowDown on every attempt: nothing landed, and nothing claims it did."""
+    from botocore.config import Config
+
+    from engine import aws as engine_aws
+
+    monkeypatch.setattr(engine_aws, "_config", lambda: Config(retries={"mode": "standard", "max_attempts": 2}))
+    before = aws.put(A1, BUCKET, STATE, app_record())
+    aws.proxy.fail_request("PutObject", 503, "SlowDown", key=STATE, count=99)
+
+    op = run(account, "orphan-resources", {"resources": ["Old"]})
+
+    op.refresh_from_db()
+    assert (op.status, finished(op).result) == ("failed", "failed")
+    assert "SlowDown" in op.error and "throttling" in op.error
+    assert aws.etag(A1, BUCKET, STATE) == before["ETag"]

@@ -65,11 +65,18 @@ Hook = Callable[[str, str, str, Mapping[str, str]], "str | tuple[int, str] | Non
 
 
 def _matcher(api: str, key: str | None, nth: int, count: int) -> Callable[[str, str], bool]:
-    """True for the `nth`..`nth+count-1` requests of `api` (on `key`, when given)."""
+    """True for the `nth`..`nth+count-1` requests of `api` (on `key`, when given; a `key`
+    ending in `*` is a prefix)."""
     seen = [0]
 
+    def on_key(path: str) -> bool:
+        got = path.lstrip("/").partition("/")[2]
+        if key is None:
+            return True
+        return got.startswith(key[:-1]) if key.endswith("*") else got == key
+
     def matches(got_api: str, path: str) -> bool:
-        if got_api != api or (key is not None and path.lstrip("/").partition("/")[2] != key):
+        if got_api != api or not on_key(path):
             return False
         seen[0] += 1
         return nth <= seen[0] < nth + count
