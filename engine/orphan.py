@@ -41,7 +41,7 @@ from typing import Any
 
 from engine.backend import StoredObject
 from engine.errors import EngineError, NotFound, PreconditionFailed, RecordRefused
-from engine.locks import purge_lock_versions, read_lock
+from engine.locks import purge_lock_versions, read_lock, same_operation
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan, register
 from engine.rewrite import UnresolvedReferences, rewrite_references
 from engine.schema import SUPPORTED_VERSION, StackState, dump_state, js_stringify, parse_state
@@ -88,11 +88,11 @@ def foreign_lock(ctx: Context) -> dict[str, Any] | None:
 
     Live = not expired by `expiresAt` (newer cdkd rule), or unreadable (cannot tell; it
     blocks every acquire all the same, and cdkd's `warnOnLiveForeignLock` treats an
-    unreadable expiry as live). Our own lock (same owner string) is not foreign; an expired
+    unreadable expiry as live). Our own lock (this operation's, `same_operation`) is not foreign; an expired
     one is not either: `held_lock` takes it over with a warning.
     """
     view = read_lock(ctx.bucket, ctx.layout.lock_key(ctx.stack, ctx.region))
-    if view is None or view.owner == ctx.lock_owner:
+    if view is None or same_operation(view.owner, ctx.lock_owner):
         return None
     now = _now_ms()
     if view.state(now) == "expired":
