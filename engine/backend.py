@@ -207,7 +207,9 @@ class StateBucket:
             current = self._read_back("PutObject", key, exc)
             if current is None or current.body != body:
                 raise  # not ours: someone else's object, or ours never landed
-            logger.info("PutObject s3://%s/%s: the answer was lost (%s); read back, the write is ours", self.name, key, exc)
+            logger.info(
+                "PutObject s3://%s/%s: the answer was lost (%s); read back, the write is ours", self.name, key, exc
+            )
             return StoredObject(
                 key=key,
                 body=body,
@@ -240,7 +242,9 @@ class StateBucket:
                 raise
             current = self._read_back("DeleteObject", key, exc)
             if current is None:
-                logger.info("DeleteObject s3://%s/%s: the answer was lost (%s); read back, it is gone", self.name, key, exc)
+                logger.info(
+                    "DeleteObject s3://%s/%s: the answer was lost (%s); read back, it is gone", self.name, key, exc
+                )
                 return True  # gone: what our delete did
             if if_match and current.etag != if_match and isinstance(exc, NotFound):
                 raise aws.with_code(

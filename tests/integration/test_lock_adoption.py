@@ -1,4 +1,4 @@
-""""Run again" adopts the lock of its own operation, whichever worker host the crashed run
+"""A "run again" adopts the lock of its own operation, whichever worker host the crashed run
 was on, and nothing else's; the adopted lock is still a plain cdkd lock."""
 
 from __future__ import annotations
