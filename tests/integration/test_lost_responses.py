@@ -375,3 +375,43 @@ def test_a_write_that_never_landed_is_reported_failed_with_the_bucket_unchanged(
     assert (op.status, finished(op).result) == ("failed", "failed")
     assert "SlowDown" in op.error and "throttling" in op.error
     assert aws.etag(A1, BUCKET, STATE) == before["ETag"]
+
+
+LOCK = f"{BASE}/lock.json"
+
+
+def _live_foreign_lock() -> bytes:
+    import time
+
+    now = int(time.time() * 1000)
+    body = {"owner": "ci@runner-9:77", "timestamp": now, "expiresAt": now + 1_800_000, "operation": "deploy"}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_force_unlock_reports_the_delete_it_made_after_a_lost_answer(aws, account, fault):
+    aws.put(A1, BUCKET, LOCK, _live_foreign_lock())
+    FAULTS[fault](aws.proxy, "DeleteObject", LOCK)
+
+    op = run(account, "force-unlock")
+
+    assert_agrees(aws, op, "succeeded", key=LOCK)
+    assert aws.etag(A1, BUCKET, LOCK) is None
+    # It deleted the lock; it was not "already gone" before it came.
+    assert op.result["details"]["deleted"] is True and op.result["details"]["already_gone"] is False
+    assert op.result["summary"].startswith("Removed the lock held by ci@runner-9:77")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_forced_orphan_removes_the_foreign_lock_after_a_lost_answer(aws, account, fault):
+    aws.put(A1, BUCKET, STATE, app_record())
+    aws.put(A1, BUCKET, LOCK, _live_foreign_lock())
+    FAULTS[fault](aws.proxy, "DeleteObject", LOCK)
+
+    op = run(account, "orphan", {"force": True})
+
+    assert_agrees(aws, op, "succeeded")
+    assert [aws.etag(A1, BUCKET, k) for k in (STATE, LOCK)] == [None, None]
+    assert op.result["warnings"] == []
