@@ -49,8 +49,9 @@ execute(ctx, plan) -- under `ctx.held_lock("destroy")` (each child under its own
   serial writer thread (cdkd chains them the same way), newest snapshot first, so deletes
   keep starting while a write is on the wire; a snapshot may lag the newest deletes (a
   re-run then finds those "not found"), never lead them.
-  Full success: `create-tokens.json` (always issued; a failure leaves the record and the
-  run partial), then `state.json` (`If-Match`), then the rollback journal and its
+  Full success: `create-tokens.json` (always issued, `If-Match` on the ledger as read or
+  "only while absent"; a failure leaves the record and the run partial), then
+  `state.json` (`If-Match`), then the rollback journal and its
   noncurrent versions, then this stack's entries of `{prefix}/_index/{region}/exports.json`
   (If-Match, 5 attempts with backoff, soft). Otherwise the trimmed record is written once
   more and stays.
