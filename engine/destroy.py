@@ -859,6 +859,19 @@ class _RecordWriter:
                 return False
         return False
 
+    def adopt_landed(self) -> bool:
+        """True (and the ETag taken) when the stored record is a body an unconfirmed save of
+        this writer sent: it landed after all."""
+        if not self._unconfirmed:
+            return False
+        current = _read(self.ctx, self.key)
+        if current is None or current.body not in self._unconfirmed:
+            return False
+        self.etag = current.etag
+        self._unconfirmed.clear()
+        self.failed = False
+        return True
+
 
 def default_masker(ctx: Context) -> Masker:
     """A masker loaded with the account's Secrets Manager and SSM SecureString values (read
@@ -1314,7 +1327,14 @@ class _Run:
             result.etag_after = writer.etag
             return
         try:
-            ctx.bucket.delete(key, if_match=writer.etag)
+            try:
+                ctx.bucket.delete(key, if_match=writer.etag)
+            except PreconditionFailed:
+                # An earlier save whose outcome nobody could confirm may have landed: then the
+                # record is still ours, at that save's ETag.
+                if not writer.adopt_landed():
+                    raise
+                ctx.bucket.delete(key, if_match=writer.etag)
         except (PreconditionFailed, NotFound):
             message = f"{key} changed since this run last wrote it; it is left as the other writer left it"
             result.warnings.append(message)

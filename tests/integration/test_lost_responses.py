@@ -415,3 +415,41 @@ def test_a_forced_orphan_removes_the_foreign_lock_after_a_lost_answer(aws, accou
     assert_agrees(aws, op, "succeeded")
     assert [aws.etag(A1, BUCKET, k) for k in (STATE, LOCK)] == [None, None]
     assert op.result["warnings"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_destroy_deletes_its_record_when_a_save_nobody_could_confirm_had_landed(aws, account, monkeypatch):
+    """The trims land but their answers are lost AND reading them back fails (503): nobody can
+    tell. The final delete then meets a 412; the record holds one of this run's own bodies,
+    so it is still ours to delete."""
+    import threading
+
+    from botocore.config import Config
+
+    from engine import aws as engine_aws
+
+    monkeypatch.setattr(engine_aws, "_config", lambda: Config(retries={"mode": "standard", "max_attempts": 2}))
+    _destroy_world(aws)
+    armed = threading.Event()
+    done = threading.Event()
+
+    def hook(api, method, path, headers):
+        key = path.lstrip("/").partition("/")[2]
+        if key != STATE or done.is_set():
+            return None
+        if api == "PutObject":
+            armed.set()
+            return "drop"  # lands, answer lost
+        if api == "GetObject" and armed.is_set():
+            return (503, "SlowDown")  # the read-back cannot tell
+        if api == "DeleteObject":
+            done.set()
+        return None
+
+    aws.proxy.add_hook(hook)
+
+    op = run(account, "destroy", {"concurrency": 1})
+
+    assert armed.is_set() and done.is_set()
+    assert_agrees(aws, op, "succeeded")
+    assert _live_queues(aws) == [] and aws.etag(A1, BUCKET, STATE) is None
