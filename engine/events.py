@@ -311,9 +311,8 @@ class EventRecorder:
       that flush succeeded reads the index, prepends this run's summary (duplicates of this
       runId removed, at most 20 runs), writes it conditionally on what it read (a
       concurrent writer's 412 means read and merge again, up to 3 times), and only after
-      that write succeeded
-      prunes `{runId}.jsonl` streams older than the oldest retained run (only once the
-      index holds 20), purging their noncurrent versions. A run with no events writes
+      that write succeeded prunes `{runId}.jsonl` streams older than the oldest retained
+      run (only once the index holds 20), purging their noncurrent versions. A run with no events writes
       nothing. Returns the summary written, or None.
     """
 

@@ -453,3 +453,32 @@ def test_destroy_deletes_its_record_when_a_save_nobody_could_confirm_had_landed(
     assert armed.is_set() and done.is_set()
     assert_agrees(aws, op, "succeeded")
     assert _live_queues(aws) == [] and aws.etag(A1, BUCKET, STATE) is None
+
+
+def test_the_run_index_keeps_a_row_another_writer_added_meanwhile(aws, bucket):
+    """The index write is conditional: a run that finishes between our read and our write is
+    merged in, not overwritten (cdkd's own writer is last-writer-wins)."""
+    from engine.events import RESULT_SUCCEEDED, RUN_STARTED, EventRecorder
+    from engine.keys import KeyLayout
+
+    theirs = {"runId": "20260101T000000000Z-0000beef", "command": "deploy", "cdkdVersion": "0.284.40"}
+    theirs.update(startedAt="2026-01-01T00:00:00.000Z", finishedAt="2026-01-01T00:01:00.000Z", result="SUCCEEDED")
+    theirs["eventCount"] = 2
+    raced = []
+
+    def hook(api, method, path, headers):
+        if api == "PutObject" and path.endswith(RUN_INDEX) and not raced:
+            raced.append(True)  # another run's index lands just before ours
+            aws.put(A1, BUCKET, RUN_INDEX, {"indexVersion": 1, "stackName": STACK, "region": REGION, "runs": [theirs]})
+        return None
+
+    aws.proxy.add_hook(hook)
+    recorder = EventRecorder(bucket, KeyLayout(), STACK, REGION, command="destroy")
+    recorder.record(RUN_STARTED)
+
+    summary = recorder.finalize(RESULT_SUCCEEDED)
+
+    assert summary is not None and recorder.warnings == []
+    runs = json.loads(aws.get(A1, BUCKET, RUN_INDEX))["runs"]
+    assert [r["runId"] for r in runs] == [summary.run_id, theirs["runId"]]
+    assert aws.requests["PutObject"] == 3  # the stream, the index that lost the race, the merged index
