@@ -8,10 +8,20 @@ Contracts:
   EngineError for anything else. Raised errors carry `.code` and `.status` from S3.
 - `requests` counts every S3 call made through the bucket, by API name (each page of a
   listing is one call). Safe to use from many threads: one boto3 client per bucket.
+- Writes recognise their own work. The SDK retries a request whose answer was lost (a
+  dropped connection, a 500, a 503), and the retry of a conditional write that DID land the
+  first time meets its own result: a 412 (the ETag moved), or a 404 (the key it deleted is
+  gone). So whenever a write failed after the request may have been applied (the SDK
+  retried, no answer came, or S3 answered 5xx), `put` reads the key back and treats "the
+  current object is exactly the bytes we sent" as success, and `delete` treats "the key
+  is gone" as success. Anything else raises the original error (a 412 then means someone
+  else wrote). A read-back that itself fails raises UnconfirmedWrite: nobody can tell.
+  A 412 on the FIRST attempt is never read back: nothing of ours could have landed.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +31,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from engine import aws
 from engine.aws import AccountAccess, RequestCounter, ResolvedBucket
-from engine.errors import EngineError
+from engine.errors import EngineError, NotFound, PreconditionFailed, UnconfirmedWrite
+
+logger = logging.getLogger(__name__)
+
+# The If-Match of a delete that must find NO object (a sibling that was absent when read):
+# S3 answers 404 while the key stays absent, 412 once someone has written it. No MD5 is
+# all zeros, so it never matches a real object.
+ABSENT_ETAG = '"00000000000000000000000000000000"'
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,8 @@ class StoredObject:
     etag: str
     version_id: str | None
     last_modified: datetime | None
+    # True when the write's answer was lost and the read-back found our bytes.
+    recovered: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,14 +189,35 @@ class StateBucket:
         content_type: str = "application/json",
     ) -> StoredObject:
         """Write `body` at `key`: only if its ETag is still `if_match`, or only if the key
-        does not exist (`if_none_match`). A lost condition raises PreconditionFailed."""
+        does not exist (`if_none_match`). A lost condition raises PreconditionFailed.
+
+        A write whose answer was lost is read back (module contract): when the key holds
+        exactly `body`, the write is ours and this returns normally (`recovered=True`)."""
         params: dict[str, Any] = {"Key": key, "Body": body, "ContentType": content_type}
         if if_match:
             params["IfMatch"] = if_match
         if if_none_match:
             params["IfNoneMatch"] = "*"
         condition = _condition(if_match, if_none_match)
-        response = self._call("PutObject", self._s3.put_object, params, key=key, condition=condition)
+        try:
+            response = self._call("PutObject", self._s3.put_object, params, key=key, condition=condition)
+        except EngineError as exc:
+            if not _maybe_applied(exc):
+                raise
+            current = self._read_back("PutObject", key, exc)
+            if current is None or current.body != body:
+                raise  # not ours: someone else's object, or ours never landed
+            logger.info(
+                "PutObject s3://%s/%s: the answer was lost (%s); read back, the write is ours", self.name, key, exc
+            )
+            return StoredObject(
+                key=key,
+                body=body,
+                etag=current.etag,
+                version_id=current.version_id,
+                last_modified=current.last_modified,
+                recovered=True,
+            )
         return StoredObject(
             key=key,
             body=body,
@@ -186,13 +226,70 @@ class StateBucket:
             last_modified=None,
         )
 
-    def delete(self, key: str, *, if_match: str | None = None) -> None:
+    def delete(self, key: str, *, if_match: str | None = None) -> bool:
         """Delete `key` (in a versioned bucket: add a delete marker), only if its ETag is
-        still `if_match` when given. A lost condition raises PreconditionFailed."""
+        still `if_match` when given. A lost condition raises PreconditionFailed; an If-Match
+        on a key that is already gone raises NotFound (`ABSENT_ETAG` makes that the success
+        of "delete only while absent"). Returns True when the answer was lost and the
+        read-back found the key gone: our delete landed."""
         params: dict[str, Any] = {"Key": key}
         if if_match:
             params["IfMatch"] = if_match
-        self._call("DeleteObject", self._s3.delete_object, params, key=key, condition=_condition(if_match, False))
+        try:
+            self._call("DeleteObject", self._s3.delete_object, params, key=key, condition=_condition(if_match, False))
+        except EngineError as exc:
+            if not _maybe_applied(exc):
+                raise
+            current = self._read_back("DeleteObject", key, exc)
+            if current is None:
+                logger.info(
+                    "DeleteObject s3://%s/%s: the answer was lost (%s); read back, it is gone", self.name, key, exc
+                )
+                return True  # gone: what our delete did
+            if if_match and current.etag != if_match and isinstance(exc, NotFound):
+                raise aws.with_code(
+                    PreconditionFailed(
+                        f"s3:DeleteObject (DeleteObject) on s3://{self.name}/{key} in account {self.account_id}: "
+                        f"precondition failed{_condition(if_match, False)}; it is now at ETag {current.etag}"
+                    ),
+                    "PreconditionFailed",
+                    412,
+                ) from None
+            raise
+        return False
+
+    def delete_current(self, key: str) -> str | None:
+        """Delete whatever `key` holds now, conditionally: read its ETag, then delete with
+        `If-Match` on it, or, when it is absent, probe with `ABSENT_ETAG` (S3 still checks
+        the permission first, no delete marker is added, and a key written meanwhile is not
+        deleted). Returns the ETag deleted, or None when there was nothing. Raises
+        PreconditionFailed when someone wrote the key between the read and the delete."""
+        try:
+            etag: str | None = self.get(key).etag
+        except NotFound:
+            etag = None
+        try:
+            self.delete(key, if_match=etag or ABSENT_ETAG)
+        except NotFound:
+            pass  # absent, or deleted by someone since the read: the key is gone either way
+        return etag
+
+    def _read_back(self, api: str, key: str, cause: EngineError) -> StoredObject | None:
+        """The key's current object (None when gone) after `api` failed with `cause` in a way
+        that may have been applied; UnconfirmedWrite when even that read fails."""
+        try:
+            return self.get(key)
+        except NotFound:
+            return None
+        except EngineError as exc:
+            raise aws.with_code(
+                UnconfirmedWrite(
+                    f"{cause}. The request may have been applied: reading s3://{self.name}/{key} back to tell "
+                    f"failed too ({exc}); check the object before trying again"
+                ),
+                getattr(cause, "code", ""),
+                getattr(cause, "status", None),
+            ) from None
 
     def purge_noncurrent(self, keys: Iterable[str]) -> list[VersionInfo]:
         """Permanently delete every noncurrent version and delete marker of each key (the
@@ -234,7 +331,7 @@ class StateBucket:
         try:
             return method(Bucket=self.name, ExpectedBucketOwner=self.account_id, **params)
         except (ClientError, BotoCoreError) as exc:
-            raise aws.s3_error(
+            err = aws.s3_error(
                 exc,
                 api=api,
                 account_id=self.account_id,
@@ -242,7 +339,12 @@ class StateBucket:
                 key=key,
                 version_id=version_id,
                 condition=condition,
-            ) from None
+            )
+            # How many times the SDK re-sent it: an answer to a re-send may be about our own
+            # earlier attempt (see the module contract).
+            metadata = exc.response.get("ResponseMetadata", {}) if isinstance(exc, ClientError) else {}
+            err.retry_attempts = metadata.get("RetryAttempts", 0)  # type: ignore[attr-defined]
+            raise err from None
 
 
 def _known_bucket(access: AccountAccess, bucket: str, region: str) -> ResolvedBucket:
@@ -286,6 +388,16 @@ def _newest_first(versions: list[VersionInfo], markers: list[VersionInfo]) -> li
             merged.append(marker)
             j += 1
     return merged + versions[i:] + markers[j:]
+
+
+def _maybe_applied(exc: EngineError) -> bool:
+    """Whether a failed write may still have been applied by S3: no answer came (a lost
+    connection or timeout, after the SDK's retries), S3 answered 5xx (its 500 may follow a
+    commit), or the SDK re-sent it and the answer we see is to a re-send."""
+    status = getattr(exc, "status", None)
+    if getattr(exc, "retry_attempts", 0) > 0:
+        return True
+    return status is None or (status >= 500 and status != 501)  # 501: the endpoint cannot do it at all
 
 
 def _condition(if_match: str | None, if_none_match: bool) -> str:

@@ -49,8 +49,9 @@ execute(ctx, plan) -- under `ctx.held_lock("destroy")` (each child under its own
   serial writer thread (cdkd chains them the same way), newest snapshot first, so deletes
   keep starting while a write is on the wire; a snapshot may lag the newest deletes (a
   re-run then finds those "not found"), never lead them.
-  Full success: `create-tokens.json` (always issued; a failure leaves the record and the
-  run partial), then `state.json` (`If-Match`), then the rollback journal and its
+  Full success: `create-tokens.json` (always issued, `If-Match` on the ledger as read or
+  "only while absent"; a failure leaves the record and the run partial), then
+  `state.json` (`If-Match`), then the rollback journal and its
   noncurrent versions, then this stack's entries of `{prefix}/_index/{region}/exports.json`
   (If-Match, 5 attempts with backoff, soft). Otherwise the trimmed record is written once
   more and stays.
@@ -874,6 +875,19 @@ class _RecordWriter:
                 return False
         return False
 
+    def adopt_landed(self) -> bool:
+        """True (and the ETag taken) when the stored record is a body an unconfirmed save of
+        this writer sent: it landed after all."""
+        if not self._unconfirmed:
+            return False
+        current = _read(self.ctx, self.key)
+        if current is None or current.body not in self._unconfirmed:
+            return False
+        self.etag = current.etag
+        self._unconfirmed.clear()
+        self.failed = False
+        return True
+
 
 def default_masker(ctx: Context) -> Masker:
     """A masker loaded with the account's Secrets Manager and SSM SecureString values (read
@@ -1317,7 +1331,9 @@ class _Run:
             return
         tokens = ctx.layout.create_tokens_key(stack, region)
         try:
-            ctx.bucket.delete(tokens)  # issued even when absent: S3 checks the permission first
+            # If-Match on the ledger as read now (or "only while absent"): issued even when
+            # absent, since S3 checks the permission first.
+            ctx.bucket.delete_current(tokens)
         except EngineError as exc:
             message = f"could not delete {tokens} ({exc}); the record is left in place (cdkd does the same)"
             result.warnings.append(message)
@@ -1327,7 +1343,14 @@ class _Run:
             result.etag_after = writer.etag
             return
         try:
-            ctx.bucket.delete(key, if_match=writer.etag)
+            try:
+                ctx.bucket.delete(key, if_match=writer.etag)
+            except PreconditionFailed:
+                # An earlier save whose outcome nobody could confirm may have landed: then the
+                # record is still ours, at that save's ETag.
+                if not writer.adopt_landed():
+                    raise
+                ctx.bucket.delete(key, if_match=writer.etag)
         except (PreconditionFailed, NotFound):
             message = f"{key} changed since this run last wrote it; it is left as the other writer left it"
             result.warnings.append(message)

@@ -24,6 +24,10 @@ class PreconditionFailed(EngineError):
     """A conditional write or delete lost (HTTP 412): someone else changed the object."""
 
 
+class UnconfirmedWrite(EngineError):
+    """A write's answer was lost and reading the key back failed too: it may have landed."""
+
+
 class Throttled(EngineError):
     """AWS asked us to slow down and the SDK's retries ran out."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.errors import EngineError, NotFound
+from engine.errors import EngineError, NotFound, PreconditionFailed
 from engine.keys import EVENT_STREAM_SUFFIX, KeyLayout, new_run_id
 from engine.schema import js_stringify
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 INDEX_VERSION = 1  # DEPLOYMENT_EVENTS_INDEX_VERSION
 MAX_INDEX_RUNS = 20  # DEPLOYMENT_EVENTS_MAX_INDEX_RUNS
+INDEX_WRITE_ATTEMPTS = 3  # read-merge-write rounds against concurrent index writers
 
 RESULT_SUCCEEDED = "SUCCEEDED"
 RESULT_FAILED = "FAILED"
@@ -304,12 +305,14 @@ class EventRecorder:
       `timer(delay, fn)` (default: a daemon `threading.Timer`; tests inject a manual one),
       so `record()` never waits for S3. PUTs are serialised by one lock.
     - A failed PUT warns once through `log` (later failures go to the Python logger at
-      debug level) and never raises; the events stay buffered for the next flush.
+      debug level) and never raises; the events stay buffered for the next flush. A PUT
+      whose answer was lost but which landed is a success (`StateBucket.put` reads back).
     - `finalize(result, counts, error=None)`: records RUN_FINISHED, flushes, and only if
       that flush succeeded reads the index, prepends this run's summary (duplicates of this
-      runId removed, at most 20 runs), writes it, and only after that write succeeded
-      prunes `{runId}.jsonl` streams older than the oldest retained run (only once the
-      index holds 20), purging their noncurrent versions. A run with no events writes
+      runId removed, at most 20 runs), writes it conditionally on what it read (a
+      concurrent writer's 412 means read and merge again, up to 3 times), and only after
+      that write succeeded prunes `{runId}.jsonl` streams older than the oldest retained
+      run (only once the index holds 20), purging their noncurrent versions. A run with no events writes
       nothing. Returns the summary written, or None.
     """
 
@@ -537,46 +540,62 @@ class EventRecorder:
             return None
 
     def _write_index(self, summary: RunSummary, finished_ms: int) -> list[dict[str, Any]] | None:
-        """Prepend `summary` to the stored index and write it; the runs written, or None."""
-        try:
-            stored = self.bucket.get(self.index_key)
-        except NotFound:
-            stored = None
-        except EngineError as exc:
-            # Writing without having read would drop every other run from the index.
-            self._write_failed(f"could not read the run index {self.index_key}", exc)
-            return None
-        rows: list[dict[str, Any]] = []
-        if stored is not None:
+        """Prepend `summary` to the stored index and write it; the runs written, or None.
+
+        The write is conditional on the index as read (`If-Match`, or `If-None-Match` when
+        there was none), so a concurrent writer's row is never dropped: on a 412 that is not
+        our own landed write (the backend reads that back) it reads and merges again."""
+        for _ in range(INDEX_WRITE_ATTEMPTS):
             try:
-                data = _loads(stored.body.decode("utf-8-sig"))
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                data = None  # corrupt: rebuilt from this run (cdkd does the same)
-            if isinstance(data, dict):
-                version = data.get("indexVersion")
-                if isinstance(version, int | float) and not isinstance(version, bool) and version > INDEX_VERSION:
-                    self._write_failed(
-                        f"the run index {self.index_key} has indexVersion {version} (newer cdkd); left as it is",
-                        EngineError("not overwritten"),
-                    )
-                    return None
-                if isinstance(data.get("runs"), list):
-                    rows = [row for row in data["runs"] if isinstance(row, dict)]
-        runs = [summary.as_dict()] + [row for row in rows if row.get("runId") != self.run_id]
-        runs = runs[:MAX_INDEX_RUNS]
-        index = {
-            "indexVersion": INDEX_VERSION,
-            "stackName": self.stack,
-            "region": self.region,
-            "runs": runs,
-            "lastModified": finished_ms,
-        }
-        try:
-            self.bucket.put(self.index_key, _utf8(js_stringify(index, indent=2)), content_type="application/json")
-        except Exception as exc:  # noqa: BLE001
-            self._write_failed(f"could not write the run index {self.index_key}", exc)
-            return None
-        return runs
+                stored = self.bucket.get(self.index_key)
+            except NotFound:
+                stored = None
+            except EngineError as exc:
+                # Writing without having read would drop every other run from the index.
+                self._write_failed(f"could not read the run index {self.index_key}", exc)
+                return None
+            rows: list[dict[str, Any]] = []
+            if stored is not None:
+                try:
+                    data = _loads(stored.body.decode("utf-8-sig"))
+                except (UnicodeDecodeError, ValueError, RecursionError):
+                    data = None  # corrupt: rebuilt from this run (cdkd does the same)
+                if isinstance(data, dict):
+                    version = data.get("indexVersion")
+                    if isinstance(version, int | float) and not isinstance(version, bool) and version > INDEX_VERSION:
+                        self._write_failed(
+                            f"the run index {self.index_key} has indexVersion {version} (newer cdkd); left as it is",
+                            EngineError("not overwritten"),
+                        )
+                        return None
+                    if isinstance(data.get("runs"), list):
+                        rows = [row for row in data["runs"] if isinstance(row, dict)]
+            runs = [summary.as_dict()] + [row for row in rows if row.get("runId") != self.run_id]
+            runs = runs[:MAX_INDEX_RUNS]
+            index = {
+                "indexVersion": INDEX_VERSION,
+                "stackName": self.stack,
+                "region": self.region,
+                "runs": runs,
+                "lastModified": finished_ms,
+            }
+            body = _utf8(js_stringify(index, indent=2))
+            try:
+                if stored is None:
+                    self.bucket.put(self.index_key, body, if_none_match=True, content_type="application/json")
+                else:
+                    self.bucket.put(self.index_key, body, if_match=stored.etag, content_type="application/json")
+            except PreconditionFailed:
+                continue  # someone else wrote the index since we read it: merge again
+            except Exception as exc:  # noqa: BLE001
+                self._write_failed(f"could not write the run index {self.index_key}", exc)
+                return None
+            return runs
+        self._write_failed(
+            f"could not write the run index {self.index_key}",
+            EngineError(f"other writers kept changing it ({INDEX_WRITE_ATTEMPTS} attempts)"),
+        )
+        return None
 
     def _prune(self, runs: list[dict[str, Any]]) -> None:
         """Delete streams older than the oldest indexed run, once the index is full (§4.5).

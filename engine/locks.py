@@ -6,8 +6,9 @@ operation exclude each other. The protocol is the newer cdkd's (reference §10.4
 seeds 000/001 "Lock implementation"):
 
 - Acquire: `PutObject If-None-Match: *`. A 412 or a response that may have been lost is
-  followed by ONE read of the lock: our exact bytes or our owner string -> ours (adopted,
-  also when a crashed earlier run of the same operation left it); a foreign lock whose
+  followed by ONE read of the lock: our exact bytes or our operation's owner -> ours
+  (adopted, also when a crashed earlier run of the same operation left it, on any host:
+  `same_operation` matches person and operation id, not the host name); a foreign lock whose
   `expiresAt` has passed (or is not a finite number) -> taken over with a conditional
   delete on its ETag and a warning naming the holder; a live or unreadable foreign lock
   (or a JSON null / non-object, which still blocks `If-None-Match`) -> `LockContention`.
@@ -340,7 +341,7 @@ class StackLock:
                     if view.raw == body:
                         self._hold(view.etag, view.raw)  # our PUT landed; its answer did not
                         return self
-                    if view.readable and view.owner == self.owner:
+                    if view.readable and same_operation(view.owner, self.owner):
                         if self._adopt(view):
                             return self
                         continue  # it changed under us: look again
@@ -375,9 +376,9 @@ class StackLock:
         self._deadline_warned = False
 
     def _adopt(self, view: LockView) -> bool:
-        """A lock with our owner string that we did not just write: left by a crashed earlier
-        run of this same operation. Re-stamp it (If-Match its ETag) so it is fresh; False
-        when it changed meanwhile."""
+        """A lock of this same operation (`same_operation`) that we did not just write: left
+        by a crashed earlier run of it, maybe on another worker host. Re-stamp it with our
+        owner (If-Match its ETag) so it is fresh; False when it changed meanwhile."""
         body = self._fresh_body()
         try:
             stored = self.bucket.put(self.key, body, if_match=view.etag)
@@ -712,6 +713,35 @@ def _changed_message(key: str, current: LockView) -> str:
         f"the lock at {key} changed since it was shown: it is now {current.describe()} (ETag {current.etag}); "
         f"nothing was deleted. Review the new lock and force-unlock again if it is still abandoned."
     )
+
+
+# --- owners -------------------------------------------------------------------------------
+
+ADMIN_OWNER_PREFIX = "cdkd-admin:"
+
+
+def owner_operation(owner: Any) -> tuple[str, str] | None:
+    """(person, operation id) of an owner string this app writes,
+    `cdkd-admin:{person}@{host}:{operation id}`; None for any other owner (cdkd's own
+    `user@host:pid`, a plan probe's `...:plan`). The host is left out on purpose: a re-run of
+    the same operation on another worker host is the same holder."""
+    if not isinstance(owner, str) or not owner.startswith(ADMIN_OWNER_PREFIX):
+        return None
+    who, sep, operation = owner[len(ADMIN_OWNER_PREFIX) :].rpartition(":")
+    person, at, host = who.rpartition("@")  # a person may hold "@" (an email); a host never does
+    if not sep or not at or not host or not operation or operation == "plan":
+        return None
+    return person, operation
+
+
+def same_operation(stored: Any, ours: str) -> bool:
+    """Whether a stored lock owner is this operation's: the same string, or an owner this app
+    wrote for the same person and operation id (from any host). Operation ids are unique per
+    operation (the pipeline adds a token to the row id), so this never matches another one."""
+    if stored == ours:
+        return True
+    key = owner_operation(ours)
+    return key is not None and owner_operation(stored) == key
 
 
 # --- helpers --------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Two operation kinds, registered with `engine.operations`:
 
 `orphan` (cdkd's `cdkd state orphan <stack>`; reference §6.1, §10.3, §10.7, E6/E8)
   Deletes, in this order: `create-tokens.json` (always issued, even when absent, because S3
-  checks the permission first and a failure must stop before the record is touched), then
+  checks the permission first and a failure must stop before the record is touched;
+  `If-Match` on the ledger read under the lock, or "only while absent"), then
   `state.json` with `If-Match` on the plan's ETag (412 -> StalePlan), then the legacy
   `{prefix}/{stack}/state.json` where it belongs to this record (its body's region equals
   the requested one, cdkd's `deleteState` test; with no region the legacy key IS the
@@ -40,7 +41,7 @@ from typing import Any
 
 from engine.backend import StoredObject
 from engine.errors import EngineError, NotFound, PreconditionFailed, RecordRefused
-from engine.locks import purge_lock_versions, read_lock
+from engine.locks import purge_lock_versions, read_lock, same_operation
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan, register
 from engine.rewrite import UnresolvedReferences, rewrite_references
 from engine.schema import (
@@ -95,11 +96,11 @@ def foreign_lock(ctx: Context) -> dict[str, Any] | None:
 
     Live = not expired by `expiresAt` (newer cdkd rule), or unreadable (cannot tell; it
     blocks every acquire all the same, and cdkd's `warnOnLiveForeignLock` treats an
-    unreadable expiry as live). Our own lock (same owner string) is not foreign; an expired
+    unreadable expiry as live). Our own lock (this operation's, `same_operation`) is not foreign; an expired
     one is not either: `held_lock` takes it over with a warning.
     """
     view = read_lock(ctx.bucket, ctx.layout.lock_key(ctx.stack, ctx.region))
-    if view is None or view.owner == ctx.lock_owner:
+    if view is None or same_operation(view.owner, ctx.lock_owner):
         return None
     now = _now_ms()
     if view.state(now) == "expired":
@@ -258,15 +259,22 @@ class OrphanRecord:
         done = 0
         if ctx.region is not None:
             tokens = ctx.layout.create_tokens_key(ctx.stack, ctx.region)
-            # A failure (e.g. AccessDenied) propagates here: the record has not been touched.
-            ctx.bucket.delete(tokens)
+            # Conditional on the ledger read now (or on its absence); a failure (e.g.
+            # AccessDenied) propagates here: the record has not been touched.
+            try:
+                ctx.bucket.delete_current(tokens)
+            except PreconditionFailed:
+                raise OperationRefused(
+                    f"{tokens} was written by someone else between reading and deleting it; nothing was deleted. "
+                    f"Compute a new plan"
+                ) from None
             done += 1
             ctx.progress(done, total, {"deleted": tokens})
             ctx.log("info", f"deleted {tokens}")
         for target in targets:
             try:
-                ctx.bucket.delete(target["key"], if_match=target["etag"])
-            except PreconditionFailed:
+                ctx.bucket.delete(target["key"], if_match=target["etag"])  # our lost answer is read back
+            except (PreconditionFailed, NotFound):
                 raise StalePlan(target["key"], target["etag"], _etag_now(ctx, target["key"])) from None
             done += 1
             ctx.progress(done, total, {"deleted": target["key"]})

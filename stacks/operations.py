@@ -8,6 +8,7 @@ approvals, then an RQ worker calling `run_operation`) or from a management comma
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
 import threading
@@ -76,6 +77,18 @@ def _actor_name(user) -> str:
     return user.get_username() if getattr(user, "is_authenticated", False) else "anonymous"
 
 
+def lock_operation_id(op: Operation) -> str:
+    """The operation's id in its lock owner (`cdkd-admin:{person}@{host}:{this}`): the row id
+    and a token of when the row was made, so "run again" on any host adopts the lock its
+    crashed predecessor left (engine.locks.same_operation), while an operation of another
+    installation that happens to share the row id never does. "plan" for a plan probe."""
+    if op.pk is None:
+        return "plan"
+    created = op.created_at.isoformat() if op.created_at else ""
+    token = hashlib.sha256(f"{op.pk}|{created}|{op.plan_digest}".encode()).hexdigest()[:10]
+    return f"op-{op.pk}-{token}"
+
+
 def _context(op: Operation, *, log=None, progress=None, cancel_event=None) -> Context:
     ctx = Context(
         bucket=open_bucket(op.account, f"op-{op.pk or 'plan'}"),
@@ -83,7 +96,7 @@ def _context(op: Operation, *, log=None, progress=None, cancel_event=None) -> Co
         stack=op.stack_name,
         region=op.region,
         params=op.params,
-        operation_id=str(op.pk or "plan"),
+        operation_id=lock_operation_id(op),
         person=op.requester_name,
         host=socket.gethostname(),
         lock_ttl_ms=settings.CDKD_LOCK_TTL_SECONDS * 1000,

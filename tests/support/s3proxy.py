@@ -7,9 +7,11 @@ It forwards every request as it came (method, path, query, headers, body) and on
   AccessDenied XML, and can fail a bucket with any status (e.g. 503 SlowDown);
 - optionally (`serialize`) forwards one request at a time, because moto's conditional
   writes are check-then-write without a lock and race under concurrency;
-- optionally (`add_hook`, `drop_response`) answers chosen requests with an error, or
-  forwards them and then drops the response (the write lands, the client sees a broken
-  connection: a lost response).
+- optionally (`add_hook`, `drop_response`, `fail_request`) answers chosen requests with an
+  error, or forwards them and then drops the response (the write lands, the client sees a
+  broken connection: a lost response), or forwards them and then answers an error (the
+  write lands, the client sees e.g. a 500), for one API and optionally one key, from the
+  Nth matching request on.
 
 boto3 addresses buckets path-style when the endpoint is an IP address
 (`http://127.0.0.1:port/bucket/key`), which is what makes the bucket visible here.
@@ -50,9 +52,36 @@ OBJECT_SUBRESOURCES = {"tagging": "ObjectTagging", "retention": "ObjectRetention
 
 DROP = "drop"  # a hook's answer: forward the request, then close without a response
 
-# A hook sees (api, method, path, headers) and answers None (forward as usual), DROP, or
-# (status, code) for an S3 error reply. Headers are keyed in lower case.
+
+class Committed(tuple):
+    """A hook's answer: forward the request (it is applied upstream), then reply with this
+    (status, code) S3 error instead of the real answer."""
+
+
+# A hook sees (api, method, path, headers) and answers None (forward as usual), DROP,
+# (status, code) for an S3 error reply without forwarding, or Committed((status, code)).
+# Headers are keyed in lower case; `path` is `/bucket/key`, unquoted.
 Hook = Callable[[str, str, str, Mapping[str, str]], "str | tuple[int, str] | None"]
+
+
+def _matcher(api: str, key: str | None, nth: int, count: int) -> Callable[[str, str], bool]:
+    """True for the `nth`..`nth+count-1` requests of `api` (on `key`, when given; a `key`
+    ending in `*` is a prefix)."""
+    seen = [0]
+
+    def on_key(path: str) -> bool:
+        got = path.lstrip("/").partition("/")[2]
+        if key is None:
+            return True
+        return got.startswith(key[:-1]) if key.endswith("*") else got == key
+
+    def matches(got_api: str, path: str) -> bool:
+        if got_api != api or not on_key(path):
+            return False
+        seen[0] += 1
+        return nth <= seen[0] < nth + count
+
+    return matches
 
 
 def classify(method: str, path: str, query: str, body: bytes = b"", headers: dict[str, str] | None = None) -> str:
@@ -181,16 +210,36 @@ class S3Proxy:
         with self._lock:
             self.hooks.append(hook)
 
-    def drop_response(self, api: str, count: int = 1) -> None:
-        """Forward the next `count` `api` requests, then drop their responses (the client
-        sees the connection close; the request has been applied upstream)."""
-        remaining = [count]
+    def drop_response(self, api: str, count: int = 1, *, key: str | None = None, nth: int = 1) -> None:
+        """Forward `count` `api` requests (on `key` when given; from the `nth` such request
+        on), then drop their responses: the client sees the connection close, the request
+        has been applied upstream (commit, then lose the answer)."""
+        matches = _matcher(api, key, nth, count)
 
         def hook(seen: str, method: str, path: str, headers: Mapping[str, str]) -> str | None:
-            if seen != api or remaining[0] <= 0:
-                return None
-            remaining[0] -= 1
-            return DROP
+            return DROP if matches(seen, path) else None
+
+        self.add_hook(hook)
+
+    def fail_request(
+        self,
+        api: str,
+        status: int = 503,
+        code: str = "SlowDown",
+        *,
+        key: str | None = None,
+        nth: int = 1,
+        count: int = 1,
+        commit: bool = False,
+    ) -> None:
+        """Answer `count` `api` requests (on `key` when given; from the `nth` on) with an S3
+        error: not forwarded (S3 refused it, e.g. 503 SlowDown), or with `commit` forwarded
+        first (applied upstream, then e.g. a 500 InternalError)."""
+        matches = _matcher(api, key, nth, count)
+        answer: tuple[int, str] = Committed((status, code)) if commit else (status, code)
+
+        def hook(seen: str, method: str, path: str, headers: Mapping[str, str]) -> tuple[int, str] | None:
+            return answer if matches(seen, path) else None
 
         self.add_hook(hook)
 
@@ -276,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         if rule is None and self.proxy.hooks:
             lowered = {k.lower(): v for k, v in self.headers.items()}
             answer = self.proxy._hook_answer(api, self.command, unquote(parts.path), lowered)
-            if isinstance(answer, tuple):
+            if isinstance(answer, tuple) and not isinstance(answer, Committed):
                 rule = answer
         if self.proxy.latency:
             time.sleep(self.proxy.latency)
@@ -291,6 +340,9 @@ class _Handler(BaseHTTPRequestHandler):
         if answer == DROP:
             # Applied upstream, never answered: the client's view of a lost response.
             self.close_connection = True
+            return
+        if isinstance(answer, Committed):
+            self._send_error(api, bucket, *answer)  # applied upstream, answered as failed
             return
         self.send_response_only(status, reason)
         for name, value in headers:
@@ -333,7 +385,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_error(self, api: str, bucket: str, status: int, code: str) -> None:
         request_id = uuid.uuid4().hex[:16].upper()
-        messages = {"AccessDenied": "Access Denied", "SlowDown": "Please reduce your request rate."}
+        messages = {
+            "AccessDenied": "Access Denied",
+            "SlowDown": "Please reduce your request rate.",
+            "InternalError": "We encountered an internal error. Please try again.",
+        }
         message = messages.get(code, code)
         if bucket:
             payload = (
