@@ -46,6 +46,9 @@ def _compact(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+_QUOTABLE = frozenset({"version", "lastModified", "stackName", "region"})
+
+
 def diff_records(current: Any, chosen: Any) -> list[str]:
     """Human lines saying what replacing `current` with `chosen` changes (both decoded JSON;
     `current` may be None for no record, or anything a damaged record holds). Pure."""
@@ -77,24 +80,27 @@ def diff_records(current: Any, chosen: Any) -> list[str]:
                 lines.append(f"resource {lid} changes: {detail}")
             else:
                 lines.append(f"resource {lid} changes")
+    # Values are named, never quoted: the plan is stored and shown, and an output or an
+    # unknown field may hold a secret. The few header fields below are safe to quote.
     cur_out = cur.get("outputs") if isinstance(cur.get("outputs"), dict) else {}
     new_out = new.get("outputs") if isinstance(new.get("outputs"), dict) else {}
     for name in dict.fromkeys([*cur_out, *new_out]):
         if name not in new_out:
             lines.append(f"output {name} is removed")
         elif name not in cur_out:
-            lines.append(f"output {name} comes back: {_compact(new_out[name])}")
+            lines.append(f"output {name} comes back")
         elif cur_out[name] != new_out[name]:
-            lines.append(f"output {name}: {_compact(cur_out[name])} -> {_compact(new_out[name])}")
+            lines.append(f"output {name} changes")
     for key in dict.fromkeys([*cur, *new]):
         if key in ("resources", "outputs"):
             continue
+        quote = key in _QUOTABLE
         if key not in new:
             lines.append(f"{key} is removed")
         elif key not in cur:
-            lines.append(f"{key} comes back: {_compact(new[key])}")
+            lines.append(f"{key} comes back: {_compact(new[key])}" if quote else f"{key} comes back")
         elif cur[key] != new[key]:
-            lines.append(f"{key}: {_compact(cur[key])} -> {_compact(new[key])}")
+            lines.append(f"{key}: {_compact(cur[key])} -> {_compact(new[key])}" if quote else f"{key} changes")
     return lines
 
 

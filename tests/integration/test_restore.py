@@ -85,11 +85,11 @@ def test_it_writes_the_chosen_version_as_the_new_current_one(aws, bucket):
         "resource Logs comes back (AWS::S3::Bucket)",
         "resource Cache leaves the record (its AWS resource is untouched)",
         "resource Data changes: physicalId (physical id 'app-data-2' -> 'app-data')",
-        'output LogsName: "gone" -> "app-logs"',
+        "output LogsName changes",
         "output CacheName is removed",
         "version: 11 -> 9",
         "lastModified: 1700000100000 -> 1700000000000",
-        'futureField comes back: {"kept": 1}',
+        "futureField comes back",
         "writes schema version 9 (the chosen version's own)",
         "skippedOutputs is dropped (every save outside a deploy does)",
     ]
@@ -200,6 +200,6 @@ def test_it_diffs_two_records_in_plain_lines():
         diff_records("(not JSON)", {"resources": {}})
         == [
             "the current record is not a JSON object; it is replaced whole",
-            "resources comes back: {}",
+            "resources comes back",
         ][:1]
     )

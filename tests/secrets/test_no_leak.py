@@ -330,11 +330,6 @@ def test_no_secret_value_reaches_the_database_logs_pages_audit_or_redis(aws, red
     assert not found, f"secret values leaked: {found}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known leak, not fixed here: engine.restore's plan lines quote output values (and top-level fields), "
-    "and Operation.plan stores them in plaintext; for the restore and masking owners",
-)
 def test_a_restore_plan_quotes_no_output_value():
     from engine.restore import diff_records
 
