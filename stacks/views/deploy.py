@@ -92,7 +92,7 @@ def stack_plan_new(request: AuthedRequest, account_id: str, region_slug: str, st
 def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> HttpResponse:
     if not has_role(request.user, account, Role.OPERATOR):
         return _refuse(request, f"Planning a deploy needs the operator role on {account.label}.", 403)
-    form = PlanForm(request.POST or None, request.FILES or None)
+    form = PlanForm(request.POST, request.FILES) if request.method == "POST" else PlanForm()
     context: dict[str, Any] = {
         "account": account,
         "stack": stack,
@@ -107,12 +107,12 @@ def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> 
         return render(request, "stacks/plan_new.html", context, status=400)
     try:
         row, files = _assembly(request, form, account)
-        context["picked"] = row
         name = stack.stack_name if stack else form.cleaned_data["stack"].strip()
         if not name and len(files.stacks) == 1:
             name = files.stacks[0].stack_name
         if not name:
-            # The assembly is stored now: the second step only chooses its stack.
+            # Stored now, so the second step only chooses the stack.
+            context["picked"] = row or _store(request, form, files)
             context["choices"] = [s.stack_name for s in files.stacks]
             return render(request, "stacks/plan_new.html", context)
         region = (stack.region if stack else form.cleaned_data["region"].strip()) or None
@@ -136,11 +136,13 @@ def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> 
     except EngineError as exc:
         context["error"] = f"S3 could not be read: {exc}"
         return render(request, "stacks/plan_new.html", context, status=502)
+    row = row or _store(request, form, files)
     saved = _save(request, account, row, plan, form.cleaned_data)
     return redirect("deploy_plan", plan_id=saved.pk)
 
 
-def _assembly(request: AuthedRequest, form: PlanForm, account: Account) -> tuple[Assembly, AssemblyFiles]:
+def _assembly(request: AuthedRequest, form: PlanForm, account: Account) -> tuple[Assembly | None, AssemblyFiles]:
+    """The stored row (None for a new upload, stored once it is used) and the files."""
     upload = form.cleaned_data["assembly_file"]
     limit = settings.CDKD_ASSEMBLY_MAX_BYTES
     if upload is not None:
@@ -149,8 +151,7 @@ def _assembly(request: AuthedRequest, form: PlanForm, account: Account) -> tuple
                 f"{upload.name} is {filesizeformat(upload.size)}, over the limit of {filesizeformat(limit)}", 413
             )
         data = upload.read(limit + 1)
-        files = deployplan.read_upload(data, name=upload.name or "assembly.zip")
-        return deployplan.store_assembly(files, user=request.user, name=upload.name or ""), files
+        return None, deployplan.read_upload(data, name=upload.name or "assembly.zip")
     digest = form.cleaned_data["assembly"].strip()
     if not digest:
         raise Refused("Upload a zip of a synthesized cdk.out, or pick an assembly already stored.")
@@ -158,6 +159,11 @@ def _assembly(request: AuthedRequest, form: PlanForm, account: Account) -> tuple
     if row is None:
         raise Refused("No stored assembly with that digest is available to you.", 404)
     return row, deployplan.load_stored(row)
+
+
+def _store(request: AuthedRequest, form: PlanForm, files: AssemblyFiles) -> Assembly:
+    upload = form.cleaned_data["assembly_file"]
+    return deployplan.store_assembly(files, user=request.user, name=getattr(upload, "name", "") or "")
 
 
 def _known_secrets(account: Account, plan: StackPlan) -> list[str]:
