@@ -222,9 +222,11 @@ def _strip_unchanged(old: Any, new: Any) -> tuple[Any, Any]:
 
 
 def _pretty(value: Any) -> str:
+    """A value as the text form shows it (control and bidi characters stripped), JSON on
+    several lines when it is not a string."""
     if isinstance(value, str):
         return display(value)
-    return display(json.dumps(value, indent=2, ensure_ascii=False))
+    return "\n".join(display(line) for line in json.dumps(value, indent=2, ensure_ascii=False).splitlines())
 
 
 @dataclass
