@@ -22,6 +22,12 @@ A = "111111111111"
 BUCKET = f"cdkd-state-{A}"
 KEY = "cdkd/GoldenCdkStack/us-east-1/state.json"
 SCREENSHOT = "/tmp/planweb-plan.png"
+# Every Content-Security-Policy violation is pushed to the console, where the test reads it.
+REPORT_VIOLATIONS = """
+document.addEventListener('securitypolicyviolation', (e) => {
+  console.error('CSP violation: ' + e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline'));
+});
+"""
 
 
 def log_in(page, base: str, username: str) -> None:
@@ -51,6 +57,9 @@ def test_it_uploads_plans_and_reads_a_replacement_and_a_blocking_reason(
     upload = tmp_path / "cdk.out.zip"
     upload.write_bytes(zip_dir(GOLDEN_CHANGED, template=with_stateful_replacement, prefix="cdk.out/"))
     base = live_server.url
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    page.add_init_script(REPORT_VIOLATIONS)
 
     log_in(page, base, "olivia")
     page.goto(f"{base}/stacks/{A}/us-east-1/GoldenCdkStack/")
@@ -77,6 +86,8 @@ def test_it_uploads_plans_and_reads_a_replacement_and_a_blocking_reason(
     assert "stateful" in (cards.first.get_attribute("class") or "").split()
     assert page.locator("#plan-stale").count() == 0
     page.screenshot(path=SCREENSHOT, full_page=True)
+    assert not [line for line in console if "CSP violation" in line]
+    assert page.context.request.get(f"{base}/plans/{plan.pk}/").headers.get("content-security-policy")
 
     # the link can be shared: a viewer reads the same plan, without a "Plan again" button
     other = browser.new_context(viewport={"width": 1400, "height": 900})
