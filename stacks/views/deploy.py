@@ -44,7 +44,13 @@ class PlanForm(forms.Form):
     assembly_file = forms.FileField(required=False, label="cdk.out zip")
     assembly = forms.CharField(required=False, max_length=64, label="or a stored assembly")
     stack = forms.CharField(required=False, max_length=1024)
-    region = forms.CharField(required=False, max_length=64, help_text="For a stack whose environment pins none")
+    region = forms.RegexField(
+        required=False,
+        max_length=32,
+        regex=r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$",
+        error_messages={"invalid": "The region must look like us-east-1."},
+        help_text="For a stack whose environment pins none",
+    )
     parameters = forms.CharField(required=False, max_length=20_000, widget=forms.Textarea(attrs={"rows": 3}))
     recursive = forms.BooleanField(required=False, label="Include nested stacks")
 

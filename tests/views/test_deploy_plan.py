@@ -20,7 +20,7 @@ from django.urls import reverse
 from engine.deploy.assembly import load_zip, read_assembly
 from stacks import deployplan
 from stacks.models import Assembly, DeployPlan, Membership, Role
-from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, SAMPLE, files_of, zip_dir, zip_entries
+from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, NESTED, SAMPLE, files_of, zip_dir, zip_entries
 from tests.support.fixtures import role_arn
 from tests.views.conftest import make_account, make_stack, make_user
 
@@ -370,3 +370,52 @@ def test_it_refuses_a_stack_the_assembly_does_not_hold(prod, olivia):
     response = client.post(reverse("account_plan_new", args=[A]), {})
     assert response.status_code == 400 and b"Upload a zip of a synthesized cdk.out" in response.content
     assert DeployPlan.objects.count() == 0
+
+
+@pytest.mark.integration
+def test_it_plans_a_new_environment_agnostic_stack_with_its_nested_stack_from_the_account_page(world, olivia):
+    client = logged_in(olivia)
+    data = {"assembly_file": upload(zip_dir(NESTED)), "region": "eu-west-1", "recursive": "on", "parameters": "Env=qa"}
+    response = client.post(reverse("account_plan_new", args=[A]), data)
+    assert response.status_code == 302
+    plan = DeployPlan.objects.get()
+    assert (plan.stack_name, plan.region, plan.state_etag) == ("NestedApp", "eu-west-1", "")
+    assert plan.parameters == {"Env": "qa"} and plan.recursive and plan.blocking_count == 2
+    (child,) = plan.document["children"]
+    assert child["stack"].startswith("NestedApp~") and child["region"] == "eu-west-1"
+    # a new stack and its child: the region key and the legacy key, each
+    assert world.requests["GetObject"] == 4
+    html = client.get(response["Location"]).content.decode()
+    assert "custom resources are not supported" in html and "nested stacks are not supported" in html
+    assert f"Nested: {child['stack']}" in html
+    assert "(no record: a new stack)" in html and "Env=qa" in html
+
+
+@pytest.mark.integration
+def test_it_answers_502_when_s3_refuses_and_400_for_a_malformed_region(world, olivia):
+    client = logged_in(olivia)
+    world.deny(BUCKET)
+    response = client.post(stack_plan_url_for_new(), {"assembly_file": upload(zip_dir(GOLDEN))})
+    assert response.status_code == 502 and b"S3 could not be read" in response.content
+    response = client.post(stack_plan_url_for_new(), {"assembly_file": upload(zip_dir(NESTED)), "region": "../x"})
+    assert response.status_code == 400 and b"The region must look like us-east-1." in response.content
+    assert DeployPlan.objects.count() == 0
+
+
+def stack_plan_url_for_new() -> str:
+    return reverse("account_plan_new", args=[A])
+
+
+@pytest.mark.integration
+def test_it_stores_and_shows_the_plan_masked(world, olivia):
+    leaky = json.loads(json.dumps(RECORD))
+    leaky["resources"]["Param165332EC"]["properties"]["Value"] = "postgres://app:s3cretpw@db:5432/app"
+    world.put(A, BUCKET, KEY, leaky)
+    client = logged_in(olivia)
+    response = client.post(reverse("account_plan_new", args=[A]), {"assembly_file": upload(zip_dir(GOLDEN))})
+    plan = DeployPlan.objects.get()
+    (change,) = [c for c in plan.document["changes"] if c["logicalId"] == "Param165332EC"]
+    assert change["propertyChanges"][0]["oldValue"] == "postgres://app:***@db:5432/app"
+    assert "s3cretpw" not in json.dumps(plan.document)
+    page = client.get(response["Location"]).content.decode()
+    assert "postgres://app:***@db:5432/app" in page and "s3cretpw" not in page
