@@ -6,14 +6,16 @@ A moto server (own process) behind the loopback proxy holds one stack's record o
 `--resources` resources (half SQS queues, half SSM parameters whose value reads a queue's
 Arn) and the region's exports index. Each case plans a synthesized assembly against that
 record through `stacks.deployplan.plan_assembly` (what `cdkd diff` and the browser run),
-then masks the plan document as the browser stores it. Printed side by side, in one run:
+then masks the plan document as the browser stores it and renders the plan page's
+template from it. Printed side by side, in one run:
 
 * no change: the template the record was deployed from;
 * all change: every queue's VisibilityTimeout edited and one queue in ten renamed
   (a replacement that propagates to its parameter);
 * with an import: the no-change template plus one `Fn::ImportValue`.
 
-Per case: wall time (best of `--repeat`), the record's GET plus the plan, the masking, and the
+Per case: wall time (best of `--repeat`: GET, plan and masking), the record's GET plus
+the plan, the masking, the page's rows and template (compiled beforehand), and the
 S3 requests by API (the record is one GetObject; the exports index is a second one only
 when an ImportValue needs it).
 """
@@ -181,7 +183,8 @@ def run(args, proxy) -> None:
         ("with an import", template(args.resources, imports=True)),
     ]
     print(f"{args.resources} resources, record {size} bytes, +{args.latency_ms:g} ms per S3 request")
-    print(f"{'case':<16}{'changes':>9}{'replace':>9}{'wall ms':>10}{'GET+plan':>10}{'mask ms':>10}  S3 requests")
+    header = f"{'case':<16}{'changes':>9}{'replace':>9}{'wall ms':>10}{'GET+plan':>10}{'mask ms':>10}{'page ms':>10}"
+    print(header + "  S3 requests")
     for label, doc in cases:
         asm = assembly(doc)
         best = None
@@ -196,12 +199,33 @@ def run(args, proxy) -> None:
             if best is None or t2 - t0 < best[0]:
                 best = (t2 - t0, t1 - t0, t2 - t1, plan, counts)
         wall, plan_s, mask_s, plan, counts = best
+        page_s = render_page(account, plan, mask_plan_document(plan.json_node(with_plan=True)))
         replaced = sum(1 for a in plan.plan["actions"] if a["action"] == "replace")
         print(
             f"{label:<16}{len(plan.node['changes']):>9}{replaced:>9}{wall * 1000:>10.0f}{plan_s * 1000:>10.0f}"
-            f"{mask_s * 1000:>10.0f}  {counts}"
+            f"{mask_s * 1000:>10.0f}{page_s * 1000:>10.0f}  {counts}"
         )
     print(f"(the first plan in the process, loading the registry schemas: {first * 1000:.0f} ms)")
+
+
+def render_page(account, plan, document) -> float:
+    """Seconds to build the plan page's rows and render its template (no database)."""
+    from django.template.loader import render_to_string
+
+    from stacks.models import Assembly, DeployPlan
+    from stacks.views.deploy import _nodes
+
+    row = DeployPlan(pk=1, account=account, stack_name=plan.stack, region=plan.region, digest=plan.plan["digest"])
+    row.assembly = Assembly(digest=plan.plan["assemblyDigest"])
+    row.document, row.state_key, row.state_etag = document, plan.plan["stateKey"], plan.plan["stateEtag"] or ""
+    render_to_string("stacks/plan.html", {"plan": row, "nodes": [], "doc": {}})  # the template compiled once
+    started = time.perf_counter()
+    nodes = _nodes(document)
+    context = {"plan": row, "top": nodes[0], "nodes": nodes, "doc": document["plan"], "parameters": {}}
+    context["blocking"] = list(dict.fromkeys(r for n in nodes for r in n.blocking))
+    html = render_to_string("stacks/plan.html", context)
+    assert len(html) > 1000
+    return time.perf_counter() - started
 
 
 if __name__ == "__main__":
