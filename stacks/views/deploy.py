@@ -113,6 +113,8 @@ def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> 
         return render(request, "stacks/plan_new.html", context, status=400)
     try:
         row, files = _assembly(request, form, account)
+        if not files.stacks:
+            raise Refused("The assembly holds no stack (no aws:cloudformation:stack artifact in its manifest).")
         name = stack.stack_name if stack else form.cleaned_data["stack"].strip()
         if not name and len(files.stacks) == 1:
             name = files.stacks[0].stack_name

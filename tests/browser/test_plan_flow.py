@@ -66,6 +66,7 @@ def test_it_uploads_plans_and_reads_a_replacement_and_a_blocking_reason(
     page.click("#plan-deploy-button")
     page.wait_for_selector("#plan-form")
     page.set_input_files("#id_assembly_file", str(upload))
+    page.screenshot(path="/tmp/planweb-form.png")
     page.click("#plan-submit")
     page.wait_for_selector("#plan-summary")
 

@@ -328,9 +328,10 @@ def _other_account(manifest):
         (zip_entries({"/etc/cron.d/x": b"{}"}), 400, "is an absolute path"),
         (zip_entries({"manifest.json": b"{}", "link": b"/etc/passwd"}, symlinks=("link",)), 400, "is a symlink"),
         (zip_entries({"manifest.json": b"[1"}), 400, "manifest.json: is not valid JSON"),
+        (zip_entries({"manifest.json": b'{"version": "55.0.0", "artifacts": {}}'}), 400, "The assembly holds no stack"),
         (_sample_with_manifest(_other_account), 400, "is synthesized for account 999999999999"),
     ],
-    ids=["not-a-zip", "zip-slip", "absolute", "symlink", "bad-manifest", "account-mismatch"],
+    ids=["not-a-zip", "zip-slip", "absolute", "symlink", "bad-manifest", "no-stack", "account-mismatch"],
 )
 def test_it_refuses_a_bad_upload_with_a_message(golden, olivia, data, status, message):
     response = logged_in(olivia).post(stack_plan_url(), {"assembly_file": upload(data)})
