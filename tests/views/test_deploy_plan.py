@@ -420,3 +420,17 @@ def test_it_stores_and_shows_the_plan_masked(world, olivia):
     assert "s3cretpw" not in json.dumps(plan.document)
     page = client.get(response["Location"]).content.decode()
     assert "postgres://app:***@db:5432/app" in page and "s3cretpw" not in page
+
+
+def test_it_reads_the_assembly_storage_setting(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from cdkd_site import settings as site
+
+    assert site.STORAGES["assemblies"]["BACKEND"] == "django.core.files.storage.FileSystemStorage"
+    assert site.STORAGES["assemblies"]["OPTIONS"]["location"].endswith("/var/assemblies")
+    monkeypatch.setenv("CDKD_TEST_OPTIONS", '{"bucket_name": "my-assemblies"}')
+    assert site.envjson("CDKD_TEST_OPTIONS") == {"bucket_name": "my-assemblies"}
+    monkeypatch.setenv("CDKD_TEST_OPTIONS", "[1]")
+    with pytest.raises(ImproperlyConfigured, match="CDKD_TEST_OPTIONS must be a JSON object"):
+        site.envjson("CDKD_TEST_OPTIONS")
