@@ -213,14 +213,14 @@ def render_page(account, plan, document) -> float:
     from django.template.loader import render_to_string
 
     from stacks.models import Assembly, DeployPlan
-    from stacks.views.deploy import _nodes
+    from stacks.views.plan_present import plan_nodes
 
     row = DeployPlan(pk=1, account=account, stack_name=plan.stack, region=plan.region, digest=plan.plan["digest"])
     row.assembly = Assembly(digest=plan.plan["assemblyDigest"])
     row.document, row.state_key, row.state_etag = document, plan.plan["stateKey"], plan.plan["stateEtag"] or ""
     render_to_string("stacks/plan.html", {"plan": row, "nodes": [], "doc": {}})  # the template compiled once
     started = time.perf_counter()
-    nodes = _nodes(document)
+    nodes = plan_nodes(document)
     context = {"plan": row, "top": nodes[0], "nodes": nodes, "doc": document["plan"], "parameters": {}}
     context["blocking"] = list(dict.fromkeys(r for n in nodes for r in n.blocking))
     html = render_to_string("stacks/plan.html", context)
