@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import sys
 from datetime import timedelta
@@ -49,6 +50,20 @@ def envsecret(name: str, default: str = "") -> str:
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from None
     return os.environ.get(name, default)
+
+
+def envjson(name: str) -> dict:
+    """A JSON object from NAME ({} when unset)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, not {raw!r}")
+    return value
 
 
 # pytest-django runs the suite with DEBUG off, as production runs. A test run gets fixed
@@ -267,6 +282,15 @@ CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 CDKD_OPERATION_ABANDON_SECONDS = envint("CDKD_OPERATION_ABANDON_SECONDS", "90", minimum=1)
 # The TTL of the cdkd locks operations take (cdkd's own is 30 minutes); renewed every TTL/4.
 CDKD_LOCK_TTL_SECONDS = envint("CDKD_LOCK_TTL_SECONDS", "1800", minimum=2)
+# Largest cdk.out zip "Plan a deploy" accepts, and the most its files may expand to (bytes).
+CDKD_ASSEMBLY_MAX_BYTES = envint("CDKD_ASSEMBLY_MAX_BYTES", str(64 * 1024 * 1024), minimum=1024)
+# The storage class keeping uploaded assemblies by content digest (S3: see README, django-storages).
+CDKD_ASSEMBLY_STORAGE = os.environ.get("CDKD_ASSEMBLY_STORAGE") or "django.core.files.storage.FileSystemStorage"
+# Its options as a JSON object; unset, the filesystem default keeps assemblies under var/assemblies.
+CDKD_ASSEMBLY_STORAGE_OPTIONS = envjson("CDKD_ASSEMBLY_STORAGE_OPTIONS") or (
+    {"location": str(BASE_DIR / "var" / "assemblies")} if CDKD_ASSEMBLY_STORAGE.endswith(".FileSystemStorage") else {}
+)
+STORAGES["assemblies"] = {"BACKEND": CDKD_ASSEMBLY_STORAGE, "OPTIONS": CDKD_ASSEMBLY_STORAGE_OPTIONS}
 # Fernet keys for record bodies at rest, comma-separated: the first encrypts, all decrypt.
 CDKD_ENCRYPTION_KEYS = [k.strip() for k in envsecret("CDKD_ENCRYPTION_KEYS").split(",") if k.strip()]
 if not CDKD_ENCRYPTION_KEYS:

@@ -11,9 +11,11 @@ from stacks.models import (
     Account,
     Approval,
     ApprovalPolicy,
+    Assembly,
     AuditEvent,
     DeploymentEvent,
     DeploymentRun,
+    DeployPlan,
     EventIndex,
     Lock,
     Membership,
@@ -249,3 +251,21 @@ class AuditEventAdmin(ReadOnlyAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
+
+
+@admin.register(Assembly)
+class AssemblyAdmin(ReadOnlyAdmin):
+    list_display = ["digest", "stack_names", "size", "file_count", "uploaded_by", "created_at"]
+    search_fields = ["digest", "original_name"]
+
+
+@admin.register(DeployPlan)
+class DeployPlanAdmin(ReadOnlyAdmin):
+    """Plans are computed, never edited; the parameters (which may hold a secret) are not shown."""
+
+    list_display = ["created_at", "account", "stack_name", "region", "digest", "has_changes", "blocking_count"]
+    list_filter = ["has_changes", "account"]
+    search_fields = ["stack_name", "digest"]
+    exclude = ["parameters"]
+    raw_id_fields = ["assembly", "created_by"]
+    list_select_related = ["account"]

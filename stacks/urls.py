@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from stacks import views
+from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, stack_plan_new
 from stacks.views.detail import stack_reveal
 from stacks.views.people import account_member_reveal
 
@@ -28,6 +29,7 @@ stack_patterns = [
     # A malformed record can hold any logical id, `/` included.
     path("resources/<path:logical_id>/", views.stack_resource, name="stack_resource"),
     path("operations/new/<str:kind>/", views.operation_new, name="operation_new"),
+    path("plan/", stack_plan_new, name="stack_plan_new"),
 ]
 
 operation_patterns = [
@@ -63,4 +65,8 @@ urlpatterns = [
     # A run id is one key segment (no "/"); cdkd's are `20260613T012345678Z-1a2b3c4d`.
     path("events/<str:account_id>/<str:region>/<str:stack_name>/<str:run_id>/", views.event_run, name="event_run"),
     path("accounts/<str:account_id>/settings/", include(account_patterns)),
+    # Plan a deploy (read-only): of a new stack from the account, of a stack from its page.
+    path("accounts/<str:account_id>/plan/", account_plan_new, name="account_plan_new"),
+    path("plans/<int:plan_id>/", deploy_plan, name="deploy_plan"),
+    path("plans/<int:plan_id>/json/", deploy_plan_json, name="deploy_plan_json"),
 ]
