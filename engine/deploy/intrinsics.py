@@ -210,8 +210,11 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def js_json(value: Any) -> str:
-    """JSON.stringify(x) (compact; integral floats print as integers)."""
-    return json.dumps(_norm_numbers(value), separators=(",", ":"), ensure_ascii=False)
+    """JSON.stringify(x) (compact; integral floats print as integers). AWS::NoValue is JS's
+    undefined: "undefined" on its own, its name inside a structure (only messages use this)."""
+    if value is NO_VALUE:
+        return "undefined"
+    return json.dumps(_norm_numbers(value), separators=(",", ":"), ensure_ascii=False, default=repr)
 
 
 # --- parameters ------------------------------------------------------------------------------

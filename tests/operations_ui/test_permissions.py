@@ -25,7 +25,17 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from engine.backend import StoredObject, VersionInfo
 from stacks import history, operations
-from stacks.models import DeploymentRun, Membership, OperationStatus, Role, ScanRun, SecretFinding, SyncRun
+from stacks.models import (
+    Assembly,
+    DeploymentRun,
+    DeployPlan,
+    Membership,
+    OperationStatus,
+    Role,
+    ScanRun,
+    SecretFinding,
+    SyncRun,
+)
 from tests.operations_ui.conftest import A, fake_plan, make_operation, member
 from tests.views.conftest import make_account, make_stack, make_user, record, resource_row
 
@@ -104,6 +114,12 @@ RULES: dict[str, Rule] = {
     "stack_history": Rule(stack_kwargs, get=READ_A),
     "stack_diff": Rule(stack_kwargs, get=READ_A, query="?a=v1&b=current"),
     "stack_version": Rule(lambda w: {**stack_kwargs(w), "version_id": "v1"}, get=READ_A),
+    # Planning reads the bucket and changes nothing, but takes an operator; an empty POST is
+    # a form error (400) for those who may plan. A plan reads like its stack.
+    "stack_plan_new": Rule(stack_kwargs, get=OPERATOR_PAGE, post=on_a(404, 403, 400, 400, 400)),
+    "account_plan_new": Rule(lambda w: {"account_id": A}, get=OPERATOR_PAGE, post=on_a(404, 403, 400, 400, 400)),
+    "deploy_plan": Rule(lambda w: {"plan_id": w.values["plan"].pk}, get=READ_A),
+    "deploy_plan_json": Rule(lambda w: {"plan_id": w.values["plan"].pk}, get=READ_A),
     "stack_resource": Rule(lambda w: {**stack_kwargs(w), "logical_id": "Queue"}, get=READ_A),
     "operation_new": Rule(
         lambda w: {**stack_kwargs(w), "kind": "orphan"}, get=OPERATOR_PAGE, post=on_a(404, 403, 302, 302, 302)
@@ -188,6 +204,15 @@ def build_world() -> World:
         "nina": Membership.objects.get(user=member("nina", prod, Role.VIEWER)),
         "run": DeploymentRun.objects.create(
             account=prod, stack_name=STACK_NAME, region="us-east-1", run_id="20240319T080000000Z-1a2b3c4d"
+        ),
+        "plan": DeployPlan.objects.create(
+            account=prod,
+            stack_name=STACK_NAME,
+            region="us-east-1",
+            assembly=Assembly.objects.create(digest="0" * 64, stack_names=[STACK_NAME]),
+            document={"stack": STACK_NAME, "region": "us-east-1", "changes": [], "plan": {"digest": "d" * 64}},
+            digest="d" * 64,
+            state_key=f"cdkd/{STACK_NAME}/us-east-1/state.json",
         ),
     }
     return World(people, values)
