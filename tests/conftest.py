@@ -31,3 +31,12 @@ def _queues_off_the_default_redis(settings):
 
     if "REDIS_URL" not in os.environ:
         settings.REDIS_URL = "fakeredis://"
+
+
+# Fuzz tests run the same examples on every run (CI must not go red on a new random draw);
+# HYPOTHESIS_PROFILE=explore draws new ones to look for more.
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "repeatable"))
