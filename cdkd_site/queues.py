@@ -27,3 +27,76 @@ def get_queue(name: str = "default") -> Queue:
     if settings.REDIS_URL.startswith("fakeredis://"):
         return django_rq.get_queue(name, connection=get_connection(name))
     return django_rq.get_queue(name)
+
+
+# --- one job per key ---------------------------------------------------------------------
+#
+# A key (e.g. "sync-account:7") names at most one live job: `cdkd:unique:<key>` holds the id
+# of the job queued or running for it. Enqueuers check and book it under a short Redis
+# lock, so two schedulers (web apps, workers, machines) never both enqueue; the job clears
+# the booking when its work is done (`release_unique`). A booking whose job is finished,
+# failed, gone, or "started" by a worker whose heartbeat lapsed (the worker died) is stale
+# and is taken over.
+
+UNIQUE_PREFIX = "cdkd:unique:"
+LIVE_STATUSES = ("queued", "scheduled", "deferred")
+
+# Compare-and-delete: clear the booking only if it still names this job.
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+def job_alive(queue: Queue, job_id: str) -> bool:
+    """Whether the job is queued, or running on a worker that is still alive."""
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job
+    from rq.registry import StartedJobRegistry
+    from rq.utils import current_timestamp
+
+    try:
+        job = Job.fetch(job_id, connection=queue.connection)
+    except NoSuchJobError:
+        return False
+    status = job.get_status(refresh=False)
+    status = getattr(status, "value", status)
+    if status in LIVE_STATUSES:
+        return True
+    if status != "started":
+        return False
+    # Each execution's score is its heartbeat deadline; a dead worker's deadline passes.
+    registry = StartedJobRegistry(queue.name, connection=queue.connection)
+    live = queue.connection.zrangebyscore(registry.key, current_timestamp(), "+inf")
+    return any(member.decode().rsplit(":", 1)[0] == job_id for member in live)
+
+
+def enqueue_unique(queue: Queue, key: str, func: str, *args, job_id: str, **options):
+    """Enqueue `func(*args)` as `job_id` unless a live job is booked for `key`. Returns the
+    new job, or None when one is already queued or running (or another enqueuer holds the
+    booking lock right now, which means it is booking one). Call outside transactions."""
+    from django.db import connection
+
+    if connection.in_atomic_block:
+        raise RuntimeError("enqueue_unique runs outside a transaction (the job must see committed rows)")
+    redis = queue.connection
+    booking = UNIQUE_PREFIX + key
+    lock = redis.lock(booking + ":lock", timeout=30, blocking_timeout=5)
+    if not lock.acquire():
+        return None
+    try:
+        current = redis.get(booking)
+        if current is not None and job_alive(queue, current.decode()):
+            return None
+        # Booked before it is enqueued: a worker can finish the job before this returns.
+        redis.set(booking, job_id)
+        return queue.enqueue_call(func, args=args, job_id=job_id, **options)
+    finally:
+        lock.release()
+
+
+def release_unique(queue: Queue, key: str, job_id: str) -> bool:
+    """Clear the booking of `key` if it still names `job_id`; says whether it did."""
+    return bool(queue.connection.eval(_RELEASE, 1, UNIQUE_PREFIX + key, job_id))
+
+
+def booked_job(queue: Queue, key: str) -> str | None:
+    value = queue.connection.get(UNIQUE_PREFIX + key)
+    return value.decode() if value is not None else None
