@@ -41,9 +41,7 @@ def sync_queue():
 
 
 def make_accounts(n: int) -> list[Account]:
-    return [
-        Account.objects.create(account_id=a, role_arn=f"arn:aws:iam::{a}:role/cdkd-admin") for a in ACCOUNT_IDS[:n]
-    ]
+    return [Account.objects.create(account_id=a, role_arn=f"arn:aws:iam::{a}:role/cdkd-admin") for a in ACCOUNT_IDS[:n]]
 
 
 def account_jobs(queue) -> Counter[int]:
@@ -256,3 +254,32 @@ def test_two_worker_processes_share_the_accounts_and_sync_each_once(sync_queue, 
     # And the work was spread over both workers.
     by_worker = Counter(a["worker"] for a in run.result["accounts"])
     assert len(by_worker) == 2, by_worker
+
+
+def test_the_progress_page_follows_a_run_across_its_account_jobs(sync_queue, aws, django_user_model, client):
+    from django.urls import reverse
+
+    from stacks.sync import request_sync, run_account_job
+
+    root = django_user_model.objects.create_superuser("root")
+    first, second = make_accounts(2)
+    for account, n in ((first, 3), (second, 4)):
+        bucket = aws.make_bucket(account.account_id, f"cdkd-state-{account.account_id}")
+        for i in range(n):
+            aws.put(account.account_id, bucket, f"cdkd/S{i}/us-east-1/state.json", {"version": 11})
+    run = request_sync(root)
+    client.force_login(root)
+    page = reverse("sync_status", args=[run.pk])
+
+    run_account_job(first.pk)  # one worker has finished its account, the other has not started
+    run.refresh_from_db()
+    assert (run.status, run.done, run.total, run.phase) == (SyncStatus.RUNNING, 3, 3, "1 of 2 accounts synced")
+    body = client.get(page, headers={"HX-Request": "true"}).content.decode()
+    assert "1 of 2 accounts synced" in body and "3 / 3 records" in body and "hx-trigger" in body
+
+    run_account_job(second.pk)
+    run.refresh_from_db()
+    assert (run.status, run.done, run.total, run.percent) == (SyncStatus.SUCCEEDED, 7, 7, 100)
+    body = client.get(page, headers={"HX-Request": "true"}).content.decode()
+    assert "hx-trigger" not in body
+    assert f"{first.account_id}: 3 listed, 3 downloaded" in body and f"{second.account_id}: 4 listed" in body
