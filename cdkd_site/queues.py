@@ -114,6 +114,26 @@ class PreloadingWorker(Worker):
         super().__init__(*args, **kwargs)
         preload()
 
+    def handle_work_horse_killed(self, job, retpid, ret_val, rusage) -> None:
+        """RQ fails a job whose work-horse died (SIGKILL, out of memory) without calling its
+        failure callback: call it here, so an account sync's runs hear of it at once."""
+        from django.db import connections
+
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)
+        if job.failure_callback is None:
+            return
+        error = WorkHorseKilled(f"the work-horse running it died (waitpid returned {ret_val})")
+        try:
+            job.failure_callback(job, self.connection, WorkHorseKilled, error, None)
+        except Exception:
+            self.log.exception("failure callback of job %s", job.id)
+        finally:
+            connections.close_all()  # the next job's fork must not inherit a connection
+
+
+class WorkHorseKilled(Exception):
+    pass
+
 
 def preload() -> None:
     import stacks.jobs  # noqa: F401 (imported for the fork to inherit)

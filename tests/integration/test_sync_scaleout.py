@@ -8,12 +8,14 @@ share the test's database and Redis db.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -283,3 +285,40 @@ def test_the_progress_page_follows_a_run_across_its_account_jobs(sync_queue, aws
     body = client.get(page, headers={"HX-Request": "true"}).content.decode()
     assert "hx-trigger" not in body
     assert f"{first.account_id}: 3 listed, 3 downloaded" in body and f"{second.account_id}: 4 listed" in body
+
+
+def test_a_killed_work_horse_fails_its_account_instead_of_leaving_the_run_waiting(
+    sync_queue, aws, django_user_model, tmp_path
+):
+    from stacks.sync import dispatch_sync_run, request_sync
+
+    root = django_user_model.objects.create_superuser("root")
+    (account,) = make_accounts(1)
+    bucket = aws.make_bucket(account.account_id, f"cdkd-state-{account.account_id}")
+    aws.put(account.account_id, bucket, "cdkd/S/us-east-1/state.json", {"version": 11})
+
+    def slow_get(api: str, method: str, path: str, headers) -> None:
+        if api == "GetObject":
+            time.sleep(3)  # the job is mid-download when its work-horse dies
+
+    aws.proxy.add_hook(slow_get)
+    with sync_workers(1, aws.endpoint, tmp_path) as (worker,):
+        wait_for(lambda: len(Worker.all(queue=sync_queue)) == 1, timeout=60, what="the worker")
+        run = request_sync(root)
+        wait_for(lambda: SyncRun.objects.get(pk=run.pk).status == SyncStatus.RUNNING, timeout=60, what="the job")
+        time.sleep(0.5)
+        (horse,) = [
+            int(pid)
+            for task in Path(f"/proc/{worker.pid}/task").glob("*")
+            for pid in (task / "children").read_text().split()
+        ]
+        os.kill(horse, signal.SIGKILL)
+        wait_for(lambda: SyncRun.objects.get(pk=run.pk).finished, timeout=60, what="the run to finish")
+
+    run.refresh_from_db()
+    assert run.status == SyncStatus.FAILED
+    (entry,) = run.result["accounts"]
+    assert entry["account"] == account.account_id and "work-horse" in entry["errors"][0]
+    # The account's booking was released with it: the next sync queues a job again.
+    again = SyncRun.objects.create(account_ids=[account.pk], trigger="schedule")
+    assert dispatch_sync_run(again.pk) == [account.pk]
