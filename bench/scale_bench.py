@@ -112,12 +112,50 @@ def reset_mirror() -> None:
     EventIndex.objects.all().delete()
 
 
+def proc_cpu(pid: int, children: bool = False) -> float:
+    """CPU seconds of a live process (with its waited-for children, e.g. RQ work-horses)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Meter:
+    """CPU seconds spent by the syncing processes, moto and this process (the proxy), and
+    how busy the whole machine was (other work included) over one round."""
+
+    def __init__(self, moto_pid: int) -> None:
+        self.moto_pid = moto_pid
+
+    def _machine(self) -> tuple[int, int]:
+        cpu = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+        return cpu[3] + cpu[4], sum(cpu)
+
+    def start(self, sync: float = 0.0) -> None:
+        self.t0 = (sync, proc_cpu(self.moto_pid), time.process_time(), *self._machine())
+
+    def stop(self, sync: float = 0.0) -> dict:
+        idle, total = self._machine()
+        return {
+            "sync_cpu": sync - self.t0[0],
+            "moto_cpu": proc_cpu(self.moto_pid) - self.t0[1],
+            "proxy_cpu": time.process_time() - self.t0[2],
+            "machine_busy": 1 - (idle - self.t0[3]) / max(total - self.t0[4], 1),
+        }
+
+
 def child_env(proxy_url: str) -> dict[str, str]:
     return {**os.environ, "AWS_ENDPOINT_URL": proxy_url}
 
 
-def run_cli(proxy_url: str, logs: Path) -> tuple[float, int]:
-    """`manage.py cdkd sync --json` in one process: (seconds, records fetched)."""
+def run_cli(proxy_url: str, logs: Path, meter: Meter) -> tuple[float, int, dict]:
+    """`manage.py cdkd sync --json` in one process: (seconds, records fetched, CPU)."""
+    import resource
+
+    def children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    meter.start(children())
     started = time.monotonic()
     out = subprocess.run(
         [sys.executable, "manage.py", "cdkd", "sync", "--json"],
@@ -128,14 +166,15 @@ def run_cli(proxy_url: str, logs: Path) -> tuple[float, int]:
         check=False,
     )
     seconds = time.monotonic() - started
+    cpu = meter.stop(children())
     (logs / "cli.log").write_text(out.stderr)
     rows = json.loads(out.stdout)["accounts"]
     errors = [r["errors"] for r in rows if r["errors"]]
     assert not errors, errors[:3]
-    return seconds, sum(r["fetched"] for r in rows)
+    return seconds, sum(r["fetched"] for r in rows), cpu
 
 
-def run_workers(n: int, proxy_url: str, logs: Path) -> dict:
+def run_workers(n: int, proxy_url: str, logs: Path, meter: Meter) -> dict:
     """Start `n` sync workers, queue one SyncRun of every account, time it to the end."""
     from rq import Worker
 
@@ -161,6 +200,7 @@ def run_workers(n: int, proxy_url: str, logs: Path) -> dict:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise SystemExit(f"{n} workers did not start; see {logs}")
             time.sleep(0.2)
+        meter.start(sum(proc_cpu(p.pid, children=True) for p in procs))
         started = time.monotonic()
         run = start_sync_run(list(Account.objects.values_list("pk", flat=True)), trigger="command")
         while True:
@@ -169,6 +209,8 @@ def run_workers(n: int, proxy_url: str, logs: Path) -> dict:
                 break
             time.sleep(0.1)
         seconds = time.monotonic() - started
+        time.sleep(0.5)  # the last work-horse is reaped into its worker's CPU figures
+        cpu = meter.stop(sum(proc_cpu(p.pid, children=True) for p in procs))
     finally:
         for p in procs:
             p.terminate()
@@ -181,7 +223,12 @@ def run_workers(n: int, proxy_url: str, logs: Path) -> dict:
     errors = [a["errors"] for a in accounts if a["errors"]]
     assert run.status == "succeeded" and not errors, (run.status, errors[:3])
     per_worker = sorted(Counter(a["worker"] for a in accounts).values(), reverse=True)
-    return {"seconds": seconds, "fetched": sum(a["fetched"] for a in accounts), "accounts_per_worker": per_worker}
+    return {
+        "seconds": seconds,
+        "fetched": sum(a["fetched"] for a in accounts),
+        "accounts_per_worker": per_worker,
+        "cpu": cpu,
+    }
 
 
 def main() -> None:
@@ -214,42 +261,47 @@ def main() -> None:
         for a in accounts:
             Account.objects.create(account_id=a, role_arn=f"arn:aws:iam::{a}:role/cdkd-admin")
         records = args.accounts * args.stacks
-        rows: list[tuple[str, float, int, str]] = []
+        meter = Meter(moto._proc.pid)
+        rows: list[dict] = []
         if not args.skip_cli:
             reset_mirror()
             proxy.reset_counts()
-            seconds, fetched = run_cli(proxy.url, logs)
-            rows.append(("cdkd sync, 1 process", seconds, fetched, f"{proxy.snapshot()['GetObject']} GetObject"))
+            seconds, fetched, cpu = run_cli(proxy.url, logs, meter)
+            rows.append({"label": "cdkd sync, 1 process", "seconds": seconds, "fetched": fetched, "cpu": cpu})
+            rows[-1]["gets"] = proxy.snapshot()["GetObject"]
             print(f"cdkd sync (one process): {seconds:.1f} s", flush=True)
-        figures = {}
         for n in counts:
             reset_mirror()
             proxy.reset_counts()
-            result = run_workers(n, proxy.url, logs)
-            figures[n] = result
+            result = run_workers(n, proxy.url, logs, meter)
             spread = "+".join(str(c) for c in result["accounts_per_worker"])
-            rows.append(
-                (
-                    f"{n} worker{'s' if n > 1 else ''}",
-                    result["seconds"],
-                    result["fetched"],
-                    f"{proxy.snapshot()['GetObject']} GetObject, accounts per worker {spread}",
-                )
-            )
+            rows.append({"label": f"{n} worker{'s' if n > 1 else ''}", "spread": spread, **result})
+            rows[-1]["gets"] = proxy.snapshot()["GetObject"]
             print(f"{n} workers: {result['seconds']:.1f} s", flush=True)
     finally:
         proxy.stop()
         moto.stop()
 
-    base = figures.get(1, {}).get("seconds")
+    base = next((r["seconds"] for r in rows if r["label"] == "1 worker"), None)
     print()
-    print(f"first sync of {args.accounts} accounts x {args.stacks} records, +{args.latency_ms:g} ms per S3 request")
-    print(f"{'':24} {'wall':>8} {'records/s':>10} {'vs 1 worker':>12}  requests")
-    for label, seconds, fetched, note in rows:
-        ratio = f"{base / seconds:.2f}x" if base else "-"
-        print(f"{label:24} {seconds:7.1f}s {fetched / seconds:10.0f} {ratio:>12}  {note}")
-        assert fetched == records, (label, fetched, records)
-    (logs / "scale_bench.json").write_text(json.dumps({"args": vars(args), "rows": [list(r) for r in rows]}, indent=2))
+    print(
+        f"first sync of {args.accounts} accounts x {args.stacks} records, +{args.latency_ms:g} ms per S3 request, "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'':22} {'wall':>7} {'records/s':>9} {'vs 1 worker':>11}   CPU s: {'sync':>5} {'moto':>5} {'proxy':>5}"
+        f"  machine busy  GetObject  accounts per worker"
+    )
+    for r in rows:
+        ratio = f"{base / r['seconds']:.2f}x" if base else "-"
+        cpu = r["cpu"]
+        print(
+            f"{r['label']:22} {r['seconds']:6.1f}s {r['fetched'] / r['seconds']:9.0f} {ratio:>11}"
+            f"          {cpu['sync_cpu']:5.1f} {cpu['moto_cpu']:5.1f} {cpu['proxy_cpu']:5.1f}"
+            f"  {cpu['machine_busy']:11.0%}  {r['gets']:9}  {r.get('spread', '-')}"
+        )
+        assert r["fetched"] == records, (r["label"], r["fetched"], records)
+    (logs / "scale_bench.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
