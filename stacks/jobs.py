@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 
-from stacks.models import Account, SyncRun
-from stacks.sync import execute_sync_run
+from stacks.models import Account
+from stacks.sync import account_job_failed, execute_sync_run, run_account_job, start_sync_run
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +19,22 @@ SCHEDULED_PREFIX = "cdkd-scheduled-sync"
 
 
 def run_sync(sync_run_id: int) -> None:
+    """A SyncRun queued as one job (before account jobs): queue its accounts' jobs."""
     execute_sync_run(sync_run_id)
+
+
+def sync_account_job(account_pk: int) -> None:
+    """One account's sync, for every open SyncRun waiting for it."""
+    from rq import get_current_job
+
+    job = get_current_job()
+    worker = (job.worker_name if job else "") or f"{socket.gethostname()}.{os.getpid()}"
+    run_account_job(account_pk, job_id=job.id if job else None, worker=worker)
+
+
+def sync_account_failed(job, connection, exc_type, exc_value, tb) -> None:
+    """RQ's failure callback of an account job (timed out, work-horse killed, abandoned)."""
+    account_job_failed(job.args[0], job.id, f"{getattr(exc_type, '__name__', 'error')}: {exc_value}")
 
 
 def run_scan(scan_run_id: int) -> None:
@@ -29,15 +45,12 @@ def run_scan(scan_run_id: int) -> None:
 
 
 def scheduled_sync() -> None:
-    """Sync every account, then book the next run. The booking lives in Redis, so the
-    schedule survives worker restarts."""
+    """Queue a sync job for every account that has none queued or running, then book the
+    next run. The booking lives in Redis, so the schedule survives worker restarts; the
+    account jobs run on whichever workers listen on the "sync" queue."""
     try:
         housekeeping()
-        with transaction.atomic():
-            run = SyncRun.objects.create(
-                account_ids=list(Account.objects.values_list("pk", flat=True)), trigger="schedule"
-            )
-        execute_sync_run(run.pk)
+        start_sync_run(list(Account.objects.values_list("pk", flat=True)), trigger="schedule")
     finally:
         schedule_next_sync(settings.CDKD_SYNC_INTERVAL)
 
@@ -49,13 +62,22 @@ def schedule_next_sync(delay_seconds: int) -> bool:
     if settings.CDKD_SYNC_INTERVAL <= 0:
         return False
     queue = get_queue("sync")
-    pending = queue.scheduled_job_registry.get_job_ids() + queue.get_job_ids()
-    if any(job_id.startswith(SCHEDULED_PREFIX) for job_id in pending):
-        return False
-    queue.enqueue_in(
-        timedelta(seconds=delay_seconds), "stacks.jobs.scheduled_sync", job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}"
-    )
-    return True
+    # Under a lock: workers starting at once on several machines book one schedule.
+    lock = queue.connection.lock(f"cdkd:{SCHEDULED_PREFIX}:lock", timeout=30, blocking_timeout=10)
+    if not lock.acquire():
+        return False  # another process is booking it
+    try:
+        pending = queue.scheduled_job_registry.get_job_ids() + queue.get_job_ids()
+        if any(job_id.startswith(SCHEDULED_PREFIX) for job_id in pending):
+            return False
+        queue.enqueue_in(
+            timedelta(seconds=delay_seconds),
+            "stacks.jobs.scheduled_sync",
+            job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}",
+        )
+        return True
+    finally:
+        lock.release()
 
 
 def run_operation(operation_id: int) -> None:

@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from engine import schema
@@ -500,13 +501,23 @@ def sync_accounts(
 
 
 # --- requested syncs ---------------------------------------------------------------------
+#
+# A SyncRun covers one or more accounts; each account syncs as its own RQ job on the "sync"
+# queue, so several worker processes (on one or more machines) share a run. An account has
+# at most one job queued or running (`cdkd_site.queues.enqueue_unique`): a run that finds
+# one waits for it instead of queueing another. Each job reports to every open run waiting
+# for its account, and the last account of a run finishes the run.
+
+OPEN = (SyncStatus.QUEUED, SyncStatus.RUNNING)
+
+
+def account_job_key(account_pk: int) -> str:
+    return f"sync-account:{account_pk}"
 
 
 def request_sync(user, account: Account | None = None, *, trigger: str = "ui") -> SyncRun:
-    """Create a SyncRun for one account (or every account the person can see) and queue it
-    when the transaction commits."""
-    from cdkd_site.queues import get_queue
-
+    """Create a SyncRun for one account (or every account the person can see) and queue
+    its accounts' jobs when the transaction commits."""
     visible = accounts_for(user, Role.VIEWER)
     if account is not None:
         if not visible.filter(pk=account.pk).exists():
@@ -514,51 +525,186 @@ def request_sync(user, account: Account | None = None, *, trigger: str = "ui") -
         ids = [account.pk]
     else:
         ids = list(visible.values_list("pk", flat=True))
+    return start_sync_run(ids, account=account, user=user if user.is_authenticated else None, trigger=trigger)
+
+
+def start_sync_run(account_ids: list[int], *, trigger: str, account: Account | None = None, user=None) -> SyncRun:
     with transaction.atomic():
-        run = SyncRun.objects.create(
-            account=account, account_ids=ids, requested_by=user if user.is_authenticated else None, trigger=trigger
-        )
-        get_queue("sync").enqueue("stacks.jobs.run_sync", run.pk, job_id=f"sync-{run.pk}")
+        run = SyncRun.objects.create(account=account, account_ids=account_ids, requested_by=user, trigger=trigger)
+        # The jobs must see the committed run.
+        transaction.on_commit(lambda: dispatch_sync_run(run.pk))
     return run
 
 
-def execute_sync_run(run_id: int) -> SyncRun | None:
-    """Run a queued SyncRun. Safe to call twice: only the call that claims it runs it."""
-    claimed = SyncRun.objects.filter(pk=run_id, status=SyncStatus.QUEUED).update(
-        status=SyncStatus.RUNNING, started_at=timezone.now(), phase="listing"
-    )
-    if not claimed:
-        return SyncRun.objects.filter(pk=run_id).first()
-    run = SyncRun.objects.get(pk=run_id)
-    accounts = Account.objects.filter(pk__in=run.account_ids)
-    last_write = 0.0
+def dispatch_sync_run(run_id: int) -> list[int]:
+    """Queue a job for each account of the run that has none queued or running (the run
+    waits for the one there is). Idempotent; returns the pks of the accounts queued now."""
+    from rq import Callback
 
-    def progress(done: int, total: int) -> None:
-        nonlocal last_write
-        # Progress is for a polling page: a write every quarter second is plenty.
-        if done == total or time.monotonic() - last_write > 0.25:
-            last_write = time.monotonic()
-            SyncRun.objects.filter(pk=run_id).update(done=done, total=total, phase="downloading")
+    from cdkd_site.queues import enqueue_unique, get_queue
 
-    try:
-        results = sync_accounts(accounts, actor=f"sync-{run_id}", progress=progress)
-    except Exception as exc:
-        logger.exception("sync run %s failed", run_id)
-        SyncRun.objects.filter(pk=run_id).update(
-            status=SyncStatus.FAILED, finished_at=timezone.now(), phase="", result={"error": str(exc)}
+    run = SyncRun.objects.filter(pk=run_id).first()
+    if run is None or run.finished:
+        return []
+    if not run.account_ids:
+        _finish_if_complete(run_id)
+        return []
+    queue = get_queue("sync")
+    labels = dict(Account.objects.filter(pk__in=run.account_ids).values_list("pk", "account_id"))
+    queued = []
+    for pk in run.account_ids:
+        job = enqueue_unique(
+            queue,
+            account_job_key(pk),
+            "stacks.jobs.sync_account_job",
+            pk,
+            job_id=f"sync-account-{pk}-{uuid.uuid4().hex[:12]}",
+            description=f"sync account {labels.get(pk, pk)}",
+            result_ttl=600,
+            failure_ttl=86400,
+            on_failure=Callback("stacks.jobs.sync_account_failed"),
         )
-        close_old_connections()
-        return SyncRun.objects.get(pk=run_id)
-    failed = [r for r in results if r.errors]
-    status = (
-        SyncStatus.SUCCEEDED
-        if not failed
-        else (SyncStatus.FAILED if len(failed) == len(results) else SyncStatus.PARTIAL)
-    )
-    SyncRun.objects.filter(pk=run_id).update(
-        status=status,
-        finished_at=timezone.now(),
-        phase="",
-        result={"accounts": [r.as_json() for r in results]},
-    )
-    return SyncRun.objects.get(pk=run_id)
+        if job is not None:
+            queued.append(pk)
+    return queued
+
+
+def execute_sync_run(run_id: int) -> SyncRun | None:
+    """Start a SyncRun queued before account jobs existed (a `run_sync` job): queue its
+    accounts' jobs. Safe to call twice, and a no-op for a finished run."""
+    dispatch_sync_run(run_id)
+    return SyncRun.objects.filter(pk=run_id).first()
+
+
+def _waiting_runs(account_pk: int) -> list[int]:
+    """Open runs that cover the account and have no result for it yet (few: a handful)."""
+    rows = SyncRun.objects.filter(status__in=OPEN).values_list("pk", "account_ids", "result")
+    return [pk for pk, ids, result in rows if account_pk in ids and account_pk not in (result or {}).get("synced", [])]
+
+
+def _update_run(run_id: int, change: Callable[[SyncRun], bool]) -> None:
+    """Apply `change` to the run under a row lock (account jobs of one run write at once);
+    `change` answers whether to save."""
+    with transaction.atomic():
+        run = SyncRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is not None and not run.finished and change(run):
+            run.save(update_fields=["status", "started_at", "finished_at", "phase", "done", "total", "result"])
+
+
+def _phase(run: SyncRun) -> str:
+    synced = len(run.result.get("synced", []))
+    return f"{synced} of {len(run.account_ids)} accounts synced" if len(run.account_ids) > 1 else "downloading"
+
+
+def _record_progress(run: SyncRun, account_pk: int, done: int, total: int) -> None:
+    progress = run.result.setdefault("progress", {})
+    progress[str(account_pk)] = [done, total]
+    run.done = sum(d for d, _ in progress.values())
+    run.total = sum(t for _, t in progress.values())
+    if run.status == SyncStatus.QUEUED:
+        run.status, run.started_at = SyncStatus.RUNNING, timezone.now()
+    run.phase = _phase(run)
+
+
+def _finish_if_complete(run_id: int) -> None:
+    def finish(run: SyncRun) -> bool:
+        synced = run.result.get("synced", [])
+        if not set(run.account_ids) <= set(synced):
+            return False
+        order = {pk: i for i, pk in enumerate(run.account_ids)}
+        pairs = sorted(zip(synced, run.result.get("accounts", []), strict=True), key=lambda p: order.get(p[0], 0))
+        accounts = [entry for _, entry in pairs]
+        failed = [a for a in accounts if a["errors"]]
+        run.status = (
+            SyncStatus.SUCCEEDED
+            if not failed
+            else (SyncStatus.FAILED if len(failed) == len(accounts) else SyncStatus.PARTIAL)
+        )
+        run.started_at = run.started_at or timezone.now()
+        run.finished_at = timezone.now()
+        run.phase = ""
+        run.result = {"accounts": accounts}
+        return True
+
+    _update_run(run_id, finish)
+
+
+class _RunProgress:
+    """`progress(done, total)` of one account job, written to every run waiting for it."""
+
+    def __init__(self, account_pk: int) -> None:
+        self.account_pk = account_pk
+        self.last = (0, 0)
+        self.written = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.last = (done, total)
+        # Progress is for a polling page: a write every quarter second is plenty.
+        if done == total or time.monotonic() - self.written > 0.25:
+            self.written = time.monotonic()
+            self.write()
+
+    def write(self) -> None:
+        def change(run: SyncRun) -> bool:
+            _record_progress(run, self.account_pk, *self.last)
+            return True
+
+        for run_id in _waiting_runs(self.account_pk):
+            _update_run(run_id, change)
+
+
+def report_account(account_pk: int, result: AccountResult, *, worker: str = "", last=(0, 0)) -> list[int]:
+    """Give the account's result to every run waiting for it; finish the runs it completes."""
+    entry = {**result.as_json(), "worker": worker}
+    reported = []
+    for run_id in _waiting_runs(account_pk):
+
+        def change(run: SyncRun) -> bool:
+            if account_pk in run.result.get("synced", []):
+                return False
+            _record_progress(run, account_pk, *last)
+            run.result.setdefault("synced", []).append(account_pk)
+            run.result.setdefault("accounts", []).append(entry)
+            run.phase = _phase(run)
+            return True
+
+        _update_run(run_id, change)
+        _finish_if_complete(run_id)
+        reported.append(run_id)
+    return reported
+
+
+def run_account_job(account_pk: int, *, job_id: str | None = None, worker: str = "") -> AccountResult:
+    """One account job: sync the account, clear its booking, report to the waiting runs.
+    Never raises for a sync that failed: the runs get the error."""
+    from cdkd_site.queues import get_queue, release_unique
+
+    progress = _RunProgress(account_pk)
+    progress.write()  # the waiting runs show this account as started
+    account = Account.objects.filter(pk=account_pk).first()
+    if account is None:
+        result = AccountResult(account=f"#{account_pk}", errors=["The account was removed before it was synced"])
+    else:
+        try:
+            result = sync_account(account, actor="sync", progress=progress)
+        except Exception as exc:  # a bug must not leave the runs waiting
+            logger.exception("sync of account %s failed", account.account_id)
+            Account.objects.filter(pk=account.pk).update(last_sync_error=f"Sync failed: {exc}")
+            result = AccountResult(account=account.account_id, errors=[f"Sync failed: {exc}"])
+    if job_id:
+        # Cleared before reporting: a run that joined this job while it ran is still open
+        # below, and a run created from now on queues a job of its own.
+        release_unique(get_queue("sync"), account_job_key(account_pk), job_id)
+    report_account(account_pk, result, worker=worker, last=progress.last)
+    return result
+
+
+def account_job_failed(account_pk: int, job_id: str, error: str) -> None:
+    """The job died (its worker was killed, it timed out): the waiting runs get the error,
+    unless another job has taken the account over since."""
+    from cdkd_site.queues import get_queue, release_unique
+
+    if not release_unique(get_queue("sync"), account_job_key(account_pk), job_id):
+        return
+    label = Account.objects.filter(pk=account_pk).values_list("account_id", flat=True).first()
+    report_account(account_pk, AccountResult(account=label or f"#{account_pk}", errors=[f"Sync failed: {error}"]))
