@@ -225,3 +225,47 @@ def test_cloud_control_read_is_the_resource_model():
     r = ResourceRef("Rule", "AWS::Events::Rule", "Stack-Rule", {}, {}, "us-east-1", A1, "cc-api")
     with stub:
         assert CloudControlProvider().read(StubClients(client), r) == {"State": "ENABLED"}
+
+
+TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+}
+ALLOW = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}]}
+
+
+@pytest.mark.integration
+def test_role_and_inline_policy(clients, moto):
+    roles = DEPLOY_REGISTRY["AWS::IAM::Role"]
+    props = {"AssumeRolePolicyDocument": TRUST, "Policies": [{"PolicyName": "inline", "PolicyDocument": ALLOW}]}
+    made = roles.create(clients, "FnRole", "AWS::IAM::Role", props, TARGET)
+    assert made.physical_id == "Stack-FnRole"
+    assert made.attributes["Arn"] == f"arn:aws:iam::{A1}:role/Stack-FnRole" and made.attributes["RoleId"]
+    iam = moto("iam")
+    assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == ["inline"]
+    with pytest.raises(ProviderError) as caught:
+        roles.create(clients, "FnRole", "AWS::IAM::Role", props, TARGET)
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+    # a supplied name is sanitized without the stack prefix (Pattern B)
+    named = roles.create(clients, "Other", "AWS::IAM::Role", {"RoleName": "my_role", "AssumeRolePolicyDocument": TRUST}, TARGET)
+    assert named.physical_id == "my-role"
+
+    managed = iam.create_policy(PolicyName="mp", PolicyDocument=json.dumps(ALLOW))["Policy"]["Arn"]
+    new = {"AssumeRolePolicyDocument": TRUST, "ManagedPolicyArns": [managed], "Description": "d"}
+    roles.update(clients, ref("AWS::IAM::Role", made.physical_id, props), new, TARGET)
+    assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == []
+    assert [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName="Stack-FnRole")["AttachedPolicies"]] == [managed]
+    assert iam.get_role(RoleName="Stack-FnRole")["Role"]["Description"] == "d"
+    observed = roles.read(clients, ref("AWS::IAM::Role", made.physical_id, new))
+    assert observed["ManagedPolicyArns"] == [managed] and observed["AssumeRolePolicyDocument"] == TRUST
+
+    policies = DEPLOY_REGISTRY["AWS::IAM::Policy"]
+    pprops = {"PolicyDocument": ALLOW, "Roles": ["Stack-FnRole"]}
+    pol = policies.create(clients, "FnPolicy", "AWS::IAM::Policy", pprops, TARGET)
+    assert pol.physical_id == "Stack-FnPolicy" and pol.attributes == {"PolicyName": "Stack-FnPolicy"}
+    assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == ["Stack-FnPolicy"]
+    policies.update(clients, ref("AWS::IAM::Policy", pol.physical_id, pprops), {"PolicyDocument": ALLOW, "Roles": ["my-role"]}, TARGET)
+    assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == []
+    assert iam.list_role_policies(RoleName="my-role")["PolicyNames"] == ["Stack-FnPolicy"]
+    with pytest.raises(ProviderError):
+        policies.create(clients, "Lonely", "AWS::IAM::Policy", {"PolicyDocument": ALLOW}, TARGET)
