@@ -264,3 +264,32 @@ def test_it_takes_over_the_record_cdkd_wrote_with_no_change(aws, bucket):
     assert aws.etag(ACCOUNT, BUCKET, STATE) == etag
     calls = aws.requests
     assert not any(name.startswith(("Create", "Set", "Subscribe", "Put")) and name != "PutObject" for name in calls)
+
+
+def test_it_deploys_a_role_and_its_policy_then_deletes_them_dependents_first(aws, bucket):
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+    allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["Queue4A7E3555", "Arn"]}}]}
+    template = golden_template()
+    template["Resources"]["Role1ABCC5F0"] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": trust}}
+    template["Resources"]["RoleDefaultPolicy5FFB7DAB"] = {
+        "Type": "AWS::IAM::Policy",
+        "Properties": {"PolicyDocument": allow, "PolicyName": "RoleDefaultPolicy5FFB7DAB", "Roles": [{"Ref": "Role1ABCC5F0"}]},
+    }
+    d = deployer()
+    d.deploy(context(bucket), template, account=ACCOUNT)
+    _, record = stored(aws)
+    role = record["resources"]["Role1ABCC5F0"]
+    policy = record["resources"]["RoleDefaultPolicy5FFB7DAB"]
+    assert role["physicalId"] == "GoldenCdkStack-Role1ABCC5F0" and list(role["attributes"]) == ["Arn", "RoleId"]
+    assert policy["physicalId"] == "RoleDefaultPolicy5FFB7DAB"
+    assert policy["dependencies"] == ["Queue4A7E3555", "Role1ABCC5F0"]
+    assert policy["properties"]["PolicyDocument"]["Statement"][0]["Resource"] == record["resources"]["Queue4A7E3555"]["attributes"]["Arn"]
+    assert policy["properties"]["Roles"] == ["GoldenCdkStack-Role1ABCC5F0"]
+    iam = Moto(aws)("iam")
+    assert iam.list_role_policies(RoleName="GoldenCdkStack-Role1ABCC5F0")["PolicyNames"] == ["RoleDefaultPolicy5FFB7DAB"]
+
+    del template["Resources"]["Role1ABCC5F0"]
+    del template["Resources"]["RoleDefaultPolicy5FFB7DAB"]
+    result = d.deploy(context(bucket), template, account=ACCOUNT, concurrency=1)
+    assert result.deleted == ["RoleDefaultPolicy5FFB7DAB", "Role1ABCC5F0"]  # the reader first
+    assert [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith("Golden")] == []
