@@ -47,7 +47,9 @@ class Published:
 
 def substitute(value: str, *, account: str, region: str, partition: str) -> str:
     return (
-        value.replace("${AWS::AccountId}", account).replace("${AWS::Region}", region).replace("${AWS::Partition}", partition)
+        value.replace("${AWS::AccountId}", account)
+        .replace("${AWS::Region}", region)
+        .replace("${AWS::Partition}", partition)
     )
 
 
@@ -92,7 +94,9 @@ def publish_file_assets(
         for dest_id, dest in (asset.get("destinations") or {}).items():
             bucket = substitute(str(dest.get("bucketName", "")), account=account, region=region, partition=partition)
             key = substitute(str(dest.get("objectKey", "")), account=account, region=region, partition=partition)
-            dest_region = substitute(str(dest.get("region") or region), account=account, region=region, partition=partition)
+            dest_region = substitute(
+                str(dest.get("region") or region), account=account, region=region, partition=partition
+            )
             s3 = clients("s3", dest_region)
             try:
                 s3.head_object(Bucket=bucket, Key=key)

@@ -196,7 +196,9 @@ def _order(operations: list[dict[str, Any]], rows: dict[str, Any]) -> list[dict[
     ids = {op.get("logicalId") for op in creates}
     deps = {
         op.get("logicalId"): {
-            d for d in ((rows.get(op.get("logicalId")) or {}).get("dependencies") or op.get("dependencies") or []) if d in ids
+            d
+            for d in ((rows.get(op.get("logicalId")) or {}).get("dependencies") or op.get("dependencies") or [])
+            if d in ids
         }
         for op in creates
     }
@@ -409,7 +411,9 @@ def finish_rollback(
                 holder["etag"] = ctx.bucket.get(key).etag  # one retry with a fresh ETag, as cdkd does
                 holder["etag"] = ctx.bucket.put(key, raw, if_match=holder["etag"]).etag
 
-        executor = Executor(rows=rows, clients=clients, target=target, save=save, provider_for=provider_for, log=ctx.log)
+        executor = Executor(
+            rows=rows, clients=clients, target=target, save=save, provider_for=provider_for, log=ctx.log
+        )
         segments = list(journal["segments"])
         oldest = segments[0]
         clean_all = True

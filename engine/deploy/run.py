@@ -50,9 +50,6 @@ from typing import Any
 
 from engine.deploy.intrinsics import (
     NO_VALUE,
-    Context as ResolveContext,
-)
-from engine.deploy.intrinsics import (
     ResolveError,
     Resolver,
     bind_parameters,
@@ -60,6 +57,9 @@ from engine.deploy.intrinsics import (
     json_equal,
     partition_for,
     prune_resources,
+)
+from engine.deploy.intrinsics import (
+    Context as ResolveContext,
 )
 from engine.deploy.plan import METADATA_TYPE, StackPlan, StateLocation, compute_plan
 from engine.errors import EngineError, NotFound, PreconditionFailed
@@ -140,7 +140,7 @@ class RetryPolicy:
 
 
 def retry_class(exc: BaseException) -> str | None:
-    """"iam" (dense schedule), "transient", or None (not retryable)."""
+    """ "iam" (dense schedule), "transient", or None (not retryable)."""
     if not isinstance(exc, ProviderError):
         return None
     message = str(exc)
@@ -795,9 +795,7 @@ class _Run:
         previous = op.previous
         if op.action == "create":
             provider = self._provider(rtype, None, lid)
-            made = self._call(
-                op, lambda: provider.create(self.clients, lid, rtype, properties, self.target)
-            )
+            made = self._call(op, lambda: provider.create(self.clients, lid, rtype, properties, self.target))
             op.row = build_row(
                 physical_id=made.physical_id,
                 resource_type=rtype,
@@ -814,7 +812,10 @@ class _Run:
             op.action == "update" and json_equal(properties, previous.get("properties") or {})
         ):
             row = dict(previous)
-            for attribute, key in (("DeletionPolicy", "deletionPolicy"), ("UpdateReplacePolicy", "updateReplacePolicy")):
+            for attribute, key in (
+                ("DeletionPolicy", "deletionPolicy"),
+                ("UpdateReplacePolicy", "updateReplacePolicy"),
+            ):
                 value = template_resource.get(attribute)
                 if isinstance(value, str):
                     row[key] = value
@@ -988,7 +989,9 @@ class _Run:
         from engine.deploy.rollback import delete_journal
 
         delete_journal(self.ctx, self.region)
-        warning = update_exports_index(self.ctx, self.ctx.stack, self.region, {n: self.outputs[n] for n in self.export_names})
+        warning = update_exports_index(
+            self.ctx, self.ctx.stack, self.region, {n: self.outputs[n] for n in self.export_names}
+        )
         if warning:
             self.result.warnings.append(warning)
 

@@ -19,6 +19,7 @@ with a reason and no AWS call: cdkd Admin has no provider that could delete them
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -26,18 +27,16 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-import json
-
 from engine.providers.base import (
     DELETED,
     NOT_FOUND,
     Clients,
     CreateResult,
     DeployTarget,
-    UpdateResult,
     ProviderError,
     ResourceRef,
     Skip,
+    UpdateResult,
     describe,
     error_code,
     provider_error,
@@ -168,7 +167,6 @@ class CloudControlProvider:
             self.sleep(delay)
             delay = min(delay * self.backoff, self.max_interval)
         raise AssertionError("unreachable")
-
 
     # -- deploy (reference 5.3) ----------------------------------------------------------
 

@@ -152,7 +152,10 @@ class RoleProvider(SdkProvider, DeployCalls):
     ) -> CreateResult:
         name = physical_name(ROLE, logical_id, properties, stack_name=target.stack_name)
         iam = clients("iam", IAM_REGION)
-        params: dict[str, Any] = {"RoleName": name, "AssumeRolePolicyDocument": _doc(properties.get("AssumeRolePolicyDocument"))}
+        params: dict[str, Any] = {
+            "RoleName": name,
+            "AssumeRolePolicyDocument": _doc(properties.get("AssumeRolePolicyDocument")),
+        }
         for key in ("Path", "Description", "MaxSessionDuration", "PermissionsBoundary"):
             if key in properties:
                 params[key] = properties[key]
@@ -214,7 +217,13 @@ class RoleProvider(SdkProvider, DeployCalls):
         before, after = _inline(old.get("Policies")), _inline(properties.get("Policies"))
         for policy_name, document in after.items():
             if before.get(policy_name) != document or policy_name not in before:
-                call("PutRolePolicy", iam.put_role_policy, RoleName=name, PolicyName=policy_name, PolicyDocument=_doc(document))
+                call(
+                    "PutRolePolicy",
+                    iam.put_role_policy,
+                    RoleName=name,
+                    PolicyName=policy_name,
+                    PolicyDocument=_doc(document),
+                )
         for policy_name in before:
             if policy_name not in after:
                 _ignore_missing(iam.delete_role_policy, RoleName=name, PolicyName=policy_name)
@@ -241,7 +250,10 @@ class RoleProvider(SdkProvider, DeployCalls):
             attached = _pages(iam.list_attached_role_policies, "AttachedPolicies", RoleName=name)
             inline = _pages(iam.list_role_policies, "PolicyNames", RoleName=name)
             policies = [
-                {"PolicyName": n, "PolicyDocument": _decoded(iam.get_role_policy(RoleName=name, PolicyName=n)["PolicyDocument"])}
+                {
+                    "PolicyName": n,
+                    "PolicyDocument": _decoded(iam.get_role_policy(RoleName=name, PolicyName=n)["PolicyDocument"]),
+                }
                 for n in inline
             ]
         except ClientError:
@@ -269,7 +281,11 @@ PRINCIPALS = (
 )
 
 
-PUT_POLICY = {"Roles": ("put_role_policy", "RoleName"), "Users": ("put_user_policy", "UserName"), "Groups": ("put_group_policy", "GroupName")}
+PUT_POLICY = {
+    "Roles": ("put_role_policy", "RoleName"),
+    "Users": ("put_user_policy", "UserName"),
+    "Groups": ("put_group_policy", "GroupName"),
+}
 
 
 class PolicyProvider(SdkProvider, DeployCalls):
@@ -297,7 +313,14 @@ class PolicyProvider(SdkProvider, DeployCalls):
         count = 0
         for prop, (method, param) in PUT_POLICY.items():
             for principal in properties.get(prop) or []:
-                self._guarded(lid, POLICY, name, method, getattr(iam, method), **{param: principal, "PolicyName": name, "PolicyDocument": document})
+                self._guarded(
+                    lid,
+                    POLICY,
+                    name,
+                    method,
+                    getattr(iam, method),
+                    **{param: principal, "PolicyName": name, "PolicyDocument": document},
+                )
                 count += 1
         if not count:
             raise ProviderError(f"{lid} ({POLICY} {name}): at least one of Roles, Users or Groups is required")
@@ -313,7 +336,7 @@ class PolicyProvider(SdkProvider, DeployCalls):
         name = ref.physical_id or ""
         self._put_all(clients, ref.logical_id, name, properties)
         iam = clients("iam", IAM_REGION)
-        for (prop, method, param) in PRINCIPALS:
+        for prop, method, param in PRINCIPALS:
             kept = set(properties.get(prop) or [])
             for principal in ref.properties.get(prop) or []:
                 if principal not in kept:

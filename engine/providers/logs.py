@@ -95,7 +95,12 @@ class LogGroupProvider(SdkProvider, DeployCalls):
         if old.get("RetentionInDays") != properties.get("RetentionInDays"):
             if "RetentionInDays" in properties:
                 self._guarded(
-                    lid, LOG_GROUP, name, "PutRetentionPolicy", logs.put_retention_policy, logGroupName=name,
+                    lid,
+                    LOG_GROUP,
+                    name,
+                    "PutRetentionPolicy",
+                    logs.put_retention_policy,
+                    logGroupName=name,
                     retentionInDays=int(properties["RetentionInDays"]),
                 )
             else:
@@ -105,7 +110,12 @@ class LogGroupProvider(SdkProvider, DeployCalls):
         if old.get("KmsKeyId") != properties.get("KmsKeyId"):
             if isinstance(properties.get("KmsKeyId"), str):
                 self._guarded(
-                    lid, LOG_GROUP, name, "AssociateKmsKey", logs.associate_kms_key, logGroupName=name,
+                    lid,
+                    LOG_GROUP,
+                    name,
+                    "AssociateKmsKey",
+                    logs.associate_kms_key,
+                    logGroupName=name,
                     kmsKeyId=properties["KmsKeyId"],
                 )
             else:

@@ -146,12 +146,20 @@ class TopicProvider(SdkProvider, DeployCalls):
             else:
                 continue
             self._guarded(
-                ref.logical_id, TOPIC, arn, "SetTopicAttributes", sns.set_topic_attributes, TopicArn=arn,
-                AttributeName=key, AttributeValue=value,
+                ref.logical_id,
+                TOPIC,
+                arn,
+                "SetTopicAttributes",
+                sns.set_topic_attributes,
+                TopicArn=arn,
+                AttributeName=key,
+                AttributeValue=value,
             )
         add, remove = tag_delta(old.get("Tags"), properties.get("Tags"))
         if remove:
-            self._guarded(ref.logical_id, TOPIC, arn, "UntagResource", sns.untag_resource, ResourceArn=arn, TagKeys=remove)
+            self._guarded(
+                ref.logical_id, TOPIC, arn, "UntagResource", sns.untag_resource, ResourceArn=arn, TagKeys=remove
+            )
         if add:
             tags = [{"Key": k, "Value": v} for k, v in add.items()]
             self._guarded(ref.logical_id, TOPIC, arn, "TagResource", sns.tag_resource, ResourceArn=arn, Tags=tags)
@@ -219,7 +227,11 @@ class SubscriptionProvider(SdkProvider, DeployCalls):
         region = properties.get("Region") if isinstance(properties.get("Region"), str) else None
         arn = parse_arn(topic)
         sns = clients("sns", region or (arn.region if arn else "") or target.region)
-        params: dict[str, Any] = {"TopicArn": topic, "Protocol": properties.get("Protocol"), "ReturnSubscriptionArn": True}
+        params: dict[str, Any] = {
+            "TopicArn": topic,
+            "Protocol": properties.get("Protocol"),
+            "ReturnSubscriptionArn": True,
+        }
         if "Endpoint" in properties:
             params["Endpoint"] = properties["Endpoint"]
         attrs = {k: _sns_value(properties[k]) for k in SUBSCRIPTION_ATTRIBUTES if k in properties}
@@ -240,8 +252,14 @@ class SubscriptionProvider(SdkProvider, DeployCalls):
             else:
                 continue
             self._guarded(
-                ref.logical_id, SUBSCRIPTION, arn, "SetSubscriptionAttributes", sns.set_subscription_attributes,
-                SubscriptionArn=arn, AttributeName=key, AttributeValue=value,
+                ref.logical_id,
+                SUBSCRIPTION,
+                arn,
+                "SetSubscriptionAttributes",
+                sns.set_subscription_attributes,
+                SubscriptionArn=arn,
+                AttributeName=key,
+                AttributeValue=value,
             )
         return UpdateResult(arn, {})
 
@@ -367,8 +385,14 @@ class TopicPolicyProvider(SdkProvider, DeployCalls):
         arn = parse_arn(topic)
         sns = clients("sns", (arn.region if arn else "") or region)
         self._guarded(
-            logical_id, "AWS::SNS::TopicPolicy", topic, "SetTopicAttributes", sns.set_topic_attributes,
-            TopicArn=topic, AttributeName="Policy", AttributeValue=json.dumps(document, separators=(",", ":")),
+            logical_id,
+            "AWS::SNS::TopicPolicy",
+            topic,
+            "SetTopicAttributes",
+            sns.set_topic_attributes,
+            TopicArn=topic,
+            AttributeName="Policy",
+            AttributeValue=json.dumps(document, separators=(",", ":")),
         )
 
 

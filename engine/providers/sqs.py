@@ -21,11 +21,10 @@ the first queue's URL as its physical id and no attributes.
 
 from __future__ import annotations
 
-import re
-from urllib.parse import urlsplit
-
 import json
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
@@ -36,9 +35,9 @@ from engine.providers.base import (
     NOT_FOUND,
     Clients,
     CreateResult,
-    ProviderError,
     DeployCalls,
     DeployTarget,
+    ProviderError,
     ResourceRef,
     SdkProvider,
     Skip,
@@ -188,7 +187,12 @@ class QueueProvider(SdkProvider, DeployCalls):
                 changed[k] = RESETS[k]
         if changed:
             self._guarded(
-                ref.logical_id, QUEUE, url, "SetQueueAttributes", sqs.set_queue_attributes, QueueUrl=live_url,
+                ref.logical_id,
+                QUEUE,
+                url,
+                "SetQueueAttributes",
+                sqs.set_queue_attributes,
+                QueueUrl=live_url,
                 Attributes=changed,
             )
         add, remove = tag_delta(old.get("Tags"), properties.get("Tags"))
@@ -319,7 +323,12 @@ class QueuePolicyProvider(SdkProvider, DeployCalls):
             rtype = "AWS::SQS::QueuePolicy"
             url = self._guarded(logical_id, rtype, queue, "GetQueueUrl", sqs.get_queue_url, QueueName=name)["QueueUrl"]
             self._guarded(
-                logical_id, rtype, queue, "SetQueueAttributes", sqs.set_queue_attributes, QueueUrl=url,
+                logical_id,
+                rtype,
+                queue,
+                "SetQueueAttributes",
+                sqs.set_queue_attributes,
+                QueueUrl=url,
                 Attributes={"Policy": value},
             )
 

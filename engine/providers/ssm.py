@@ -86,13 +86,25 @@ class ParameterProvider(SdkProvider, DeployCalls):
         add, remove = tag_delta(ref.properties.get("Tags"), properties.get("Tags"))
         if remove:
             self._guarded(
-                ref.logical_id, PARAMETER, name, "RemoveTagsFromResource", ssm.remove_tags_from_resource,
-                ResourceType="Parameter", ResourceId=name, TagKeys=remove,
+                ref.logical_id,
+                PARAMETER,
+                name,
+                "RemoveTagsFromResource",
+                ssm.remove_tags_from_resource,
+                ResourceType="Parameter",
+                ResourceId=name,
+                TagKeys=remove,
             )
         if add:
             self._guarded(
-                ref.logical_id, PARAMETER, name, "AddTagsToResource", ssm.add_tags_to_resource,
-                ResourceType="Parameter", ResourceId=name, Tags=[{"Key": k, "Value": v} for k, v in add.items()],
+                ref.logical_id,
+                PARAMETER,
+                name,
+                "AddTagsToResource",
+                ssm.add_tags_to_resource,
+                ResourceType="Parameter",
+                ResourceId=name,
+                Tags=[{"Key": k, "Value": v} for k, v in add.items()],
             )
         return UpdateResult(name, self._attrs(name, params, target))
 

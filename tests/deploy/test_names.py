@@ -16,14 +16,17 @@ SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "cdkd-0.2
 def test_it_names_the_sample_stacks_resources_as_cdkd_did():
     record = json.loads(SAMPLE.read_bytes())
     rows = record["resources"]
-    assert physical_name("AWS::SNS::Topic", "TopicBFC7AF6E", {}, stack_name="GoldenCdkStack") == (
-        rows["TopicBFC7AF6E"]["attributes"]["TopicName"]
+    assert (
+        physical_name("AWS::SNS::Topic", "TopicBFC7AF6E", {}, stack_name="GoldenCdkStack")
+        == (rows["TopicBFC7AF6E"]["attributes"]["TopicName"])
     )
-    assert physical_name("AWS::SQS::Queue", "Queue4A7E3555", {"VisibilityTimeout": 45}, stack_name="GoldenCdkStack") == (
-        rows["Queue4A7E3555"]["attributes"]["QueueName"]
+    assert (
+        physical_name("AWS::SQS::Queue", "Queue4A7E3555", {"VisibilityTimeout": 45}, stack_name="GoldenCdkStack")
+        == (rows["Queue4A7E3555"]["attributes"]["QueueName"])
     )
-    assert physical_name("AWS::SSM::Parameter", "Param165332EC", {}, stack_name="GoldenCdkStack") == (
-        rows["Param165332EC"]["physicalId"]
+    assert (
+        physical_name("AWS::SSM::Parameter", "Param165332EC", {}, stack_name="GoldenCdkStack")
+        == (rows["Param165332EC"]["physicalId"])
     )
 
 

@@ -46,7 +46,9 @@ def test_the_destroy_registry_is_unchanged_and_the_deploy_registry_adds_the_poli
 @pytest.mark.integration
 def test_queue_create_update_read_and_collision(clients, moto):
     p = DEPLOY_REGISTRY["AWS::SQS::Queue"]
-    made = p.create(clients, "Jobs", "AWS::SQS::Queue", {"VisibilityTimeout": 45, "Tags": [{"Key": "a", "Value": "1"}]}, TARGET)
+    made = p.create(
+        clients, "Jobs", "AWS::SQS::Queue", {"VisibilityTimeout": 45, "Tags": [{"Key": "a", "Value": "1"}]}, TARGET
+    )
     assert made.physical_id.endswith(f"/{A1}/Stack-Jobs")
     assert made.attributes == {
         "Arn": f"arn:aws:sqs:us-east-1:{A1}:Stack-Jobs",
@@ -91,14 +93,23 @@ def test_topic_subscription_and_topic_policy(clients, moto):
     props = {"Endpoint": f"arn:aws:sqs:us-east-1:{A1}:subq", "Protocol": "sqs", "TopicArn": made.physical_id}
     sub = subs.create(clients, "Sub", "AWS::SNS::Subscription", props, TARGET)
     assert sub.attributes == {} and sub.physical_id.startswith(made.physical_id + ":")
-    subs.update(clients, ref("AWS::SNS::Subscription", sub.physical_id, props), dict(props, RawMessageDelivery=True), TARGET)
+    subs.update(
+        clients, ref("AWS::SNS::Subscription", sub.physical_id, props), dict(props, RawMessageDelivery=True), TARGET
+    )
     attrs = sns.get_subscription_attributes(SubscriptionArn=sub.physical_id)["Attributes"]
     assert attrs["RawMessageDelivery"] == "true"
     assert subs.read(clients, ref("AWS::SNS::Subscription", sub.physical_id, {}))["RawMessageDelivery"] is True
 
     policies = DEPLOY_REGISTRY["AWS::SNS::TopicPolicy"]
-    doc = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sns:Publish", "Resource": made.physical_id}]}
-    pol = policies.create(clients, "Pol", "AWS::SNS::TopicPolicy", {"PolicyDocument": doc, "Topics": [made.physical_id]}, TARGET)
+    doc = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sns:Publish", "Resource": made.physical_id}
+        ],
+    }
+    pol = policies.create(
+        clients, "Pol", "AWS::SNS::TopicPolicy", {"PolicyDocument": doc, "Topics": [made.physical_id]}, TARGET
+    )
     assert pol.physical_id == made.physical_id and pol.attributes == {}
     assert json.loads(sns.get_topic_attributes(TopicArn=made.physical_id)["Attributes"]["Policy"]) == doc
     policies.delete(clients, ref("AWS::SNS::TopicPolicy", pol.physical_id, {"Topics": [made.physical_id]}))
@@ -112,11 +123,20 @@ def test_parameter_and_log_group(clients, moto):
     params = DEPLOY_REGISTRY["AWS::SSM::Parameter"]
     made = params.create(clients, "Flag", "AWS::SSM::Parameter", {"Value": "on", "Tags": {"team": "x"}}, TARGET)
     assert made.physical_id == "/Stack-Flag"
-    assert made.attributes == {"Type": "String", "Value": "on", "Arn": f"arn:aws:ssm:us-east-1:{A1}:parameter/Stack-Flag"}
+    assert made.attributes == {
+        "Type": "String",
+        "Value": "on",
+        "Arn": f"arn:aws:ssm:us-east-1:{A1}:parameter/Stack-Flag",
+    }
     with pytest.raises(ProviderError) as caught:
         params.create(clients, "Flag", "AWS::SSM::Parameter", {"Value": "on"}, TARGET)
     assert caught.value.aws_code == ALREADY_EXISTS_CODE
-    updated = params.update(clients, ref("AWS::SSM::Parameter", "/Stack-Flag", {"Value": "on", "Tags": {"team": "x"}}), {"Value": "off"}, TARGET)
+    updated = params.update(
+        clients,
+        ref("AWS::SSM::Parameter", "/Stack-Flag", {"Value": "on", "Tags": {"team": "x"}}),
+        {"Value": "off"},
+        TARGET,
+    )
     assert updated.attributes["Value"] == "off"
     ssm = moto("ssm")
     assert ssm.get_parameter(Name="/Stack-Flag")["Parameter"]["Value"] == "off"
@@ -166,14 +186,22 @@ def test_cloud_control_create_polls_and_records_the_model():
                 "OperationStatus": "SUCCESS",
                 "RequestToken": "t1",
                 "Identifier": "Stack-Rule",
-                "ResourceModel": json.dumps({"Arn": f"arn:aws:events:us-east-1:{A1}:rule/Stack-Rule", "Name": "Stack-Rule"}),
+                "ResourceModel": json.dumps(
+                    {"Arn": f"arn:aws:events:us-east-1:{A1}:rule/Stack-Rule", "Name": "Stack-Rule"}
+                ),
             }
         },
         {"RequestToken": "t1"},
     )
     provider = CloudControlProvider(sleep=lambda s: None)
     with stub:
-        made = provider.create(StubClients(client), "Rule", "AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)", "Description": None}, TARGET)
+        made = provider.create(
+            StubClients(client),
+            "Rule",
+            "AWS::Events::Rule",
+            {"ScheduleExpression": "rate(1 hour)", "Description": None},
+            TARGET,
+        )
         stub.assert_no_pending_responses()
     assert made.physical_id == "Stack-Rule"
     assert made.attributes == {"Arn": f"arn:aws:events:us-east-1:{A1}:rule/Stack-Rule", "Name": "Stack-Rule"}
@@ -207,7 +235,14 @@ def test_cloud_control_create_failure_names_the_code():
     client, stub = _cc()
     stub.add_response(
         "create_resource",
-        {"ProgressEvent": {"OperationStatus": "FAILED", "RequestToken": "t3", "ErrorCode": "AlreadyExists", "StatusMessage": "taken"}},
+        {
+            "ProgressEvent": {
+                "OperationStatus": "FAILED",
+                "RequestToken": "t3",
+                "ErrorCode": "AlreadyExists",
+                "StatusMessage": "taken",
+            }
+        },
         {"TypeName": "AWS::Events::Rule", "DesiredState": "{}"},
     )
     with stub, pytest.raises(ProviderError) as caught:
@@ -219,7 +254,10 @@ def test_cloud_control_read_is_the_resource_model():
     client, stub = _cc()
     stub.add_response(
         "get_resource",
-        {"TypeName": "AWS::Events::Rule", "ResourceDescription": {"Identifier": "Stack-Rule", "Properties": json.dumps({"State": "ENABLED"})}},
+        {
+            "TypeName": "AWS::Events::Rule",
+            "ResourceDescription": {"Identifier": "Stack-Rule", "Properties": json.dumps({"State": "ENABLED"})},
+        },
         {"TypeName": "AWS::Events::Rule", "Identifier": "Stack-Rule"},
     )
     r = ResourceRef("Rule", "AWS::Events::Rule", "Stack-Rule", {}, {}, "us-east-1", A1, "cc-api")
@@ -247,14 +285,18 @@ def test_role_and_inline_policy(clients, moto):
         roles.create(clients, "FnRole", "AWS::IAM::Role", props, TARGET)
     assert caught.value.aws_code == ALREADY_EXISTS_CODE
     # a supplied name is sanitized without the stack prefix (Pattern B)
-    named = roles.create(clients, "Other", "AWS::IAM::Role", {"RoleName": "my_role", "AssumeRolePolicyDocument": TRUST}, TARGET)
+    named = roles.create(
+        clients, "Other", "AWS::IAM::Role", {"RoleName": "my_role", "AssumeRolePolicyDocument": TRUST}, TARGET
+    )
     assert named.physical_id == "my-role"
 
     managed = iam.create_policy(PolicyName="mp", PolicyDocument=json.dumps(ALLOW))["Policy"]["Arn"]
     new = {"AssumeRolePolicyDocument": TRUST, "ManagedPolicyArns": [managed], "Description": "d"}
     roles.update(clients, ref("AWS::IAM::Role", made.physical_id, props), new, TARGET)
     assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == []
-    assert [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName="Stack-FnRole")["AttachedPolicies"]] == [managed]
+    assert [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName="Stack-FnRole")["AttachedPolicies"]] == [
+        managed
+    ]
     assert iam.get_role(RoleName="Stack-FnRole")["Role"]["Description"] == "d"
     observed = roles.read(clients, ref("AWS::IAM::Role", made.physical_id, new))
     assert observed["ManagedPolicyArns"] == [managed] and observed["AssumeRolePolicyDocument"] == TRUST
@@ -264,7 +306,12 @@ def test_role_and_inline_policy(clients, moto):
     pol = policies.create(clients, "FnPolicy", "AWS::IAM::Policy", pprops, TARGET)
     assert pol.physical_id == "Stack-FnPolicy" and pol.attributes == {"PolicyName": "Stack-FnPolicy"}
     assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == ["Stack-FnPolicy"]
-    policies.update(clients, ref("AWS::IAM::Policy", pol.physical_id, pprops), {"PolicyDocument": ALLOW, "Roles": ["my-role"]}, TARGET)
+    policies.update(
+        clients,
+        ref("AWS::IAM::Policy", pol.physical_id, pprops),
+        {"PolicyDocument": ALLOW, "Roles": ["my-role"]},
+        TARGET,
+    )
     assert iam.list_role_policies(RoleName="Stack-FnRole")["PolicyNames"] == []
     assert iam.list_role_policies(RoleName="my-role")["PolicyNames"] == ["Stack-FnPolicy"]
     with pytest.raises(ProviderError):

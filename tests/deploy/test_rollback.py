@@ -41,7 +41,9 @@ class Failing:
 
     def create(self, clients, logical_id, resource_type, properties, target):
         if logical_id == FAILING:
-            raise ProviderError(f"{logical_id}: PutParameter failed (ValidationException): nope", aws_code="ValidationException")
+            raise ProviderError(
+                f"{logical_id}: PutParameter failed (ValidationException): nope", aws_code="ValidationException"
+            )
         return self.inner.create(clients, logical_id, resource_type, properties, target)
 
 

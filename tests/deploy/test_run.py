@@ -100,8 +100,14 @@ def test_it_deploys_the_golden_app_and_writes_the_record_cdkd_wrote(aws, bucket)
 
     assert result.result == "succeeded"
     assert sorted(result.created) == sorted(
-        ["Queue4A7E3555", "QueuePolicy25439813", "QueueGoldenCdkStackTopic1060F492172D006E", "TopicBFC7AF6E",
-         "Param165332EC", "Logs6819BB44"]
+        [
+            "Queue4A7E3555",
+            "QueuePolicy25439813",
+            "QueueGoldenCdkStackTopic1060F492172D006E",
+            "TopicBFC7AF6E",
+            "Param165332EC",
+            "Logs6819BB44",
+        ]
     )
     body, record = stored(aws)
     # the writer's bytes: 2-space indent, no trailing newline, version 11, key region stamped
@@ -118,8 +124,16 @@ def test_it_deploys_the_golden_app_and_writes_the_record_cdkd_wrote(aws, bucket)
         if row["resourceType"] == "AWS::SNS::Subscription":  # the ARN ends in SNS's random id
             assert mine["physicalId"].rsplit(":", 1)[0] == row["physicalId"].rsplit(":", 1)[0]
             mine = dict(mine, physicalId=row["physicalId"])
-        for key in ("physicalId", "resourceType", "properties", "attributes", "dependencies", "deletionPolicy",
-                    "updateReplacePolicy", "provisionedBy"):
+        for key in (
+            "physicalId",
+            "resourceType",
+            "properties",
+            "attributes",
+            "dependencies",
+            "deletionPolicy",
+            "updateReplacePolicy",
+            "provisionedBy",
+        ):
             assert mine.get(key) == row.get(key), (lid, key)
         assert list(mine["observedProperties"]) == list(row["observedProperties"]), lid
     # the outputs as cdkd resolves them, plus the v9 exportNames
@@ -128,7 +142,9 @@ def test_it_deploys_the_golden_app_and_writes_the_record_cdkd_wrote(aws, bucket)
     assert record["exportNames"] == ["GoldenCdkStack-TopicArn"]
     log_row = record["resources"]["Logs6819BB44"]
     assert log_row["physicalId"] == "/cdkd/GoldenCdkStack-Logs6819BB44"
-    assert log_row["attributes"] == {"Arn": f"arn:aws:logs:us-east-1:{ACCOUNT}:log-group:/cdkd/GoldenCdkStack-Logs6819BB44:*"}
+    assert log_row["attributes"] == {
+        "Arn": f"arn:aws:logs:us-east-1:{ACCOUNT}:log-group:/cdkd/GoldenCdkStack-Logs6819BB44:*"
+    }
 
     # the exports index holds the export only (v9+), not every output
     index = json.loads(aws.get(ACCOUNT, BUCKET, EXPORTS))
@@ -143,7 +159,9 @@ def test_it_deploys_the_golden_app_and_writes_the_record_cdkd_wrote(aws, bucket)
     assert json.loads(attrs["Policy"])["Statement"][0]["Principal"] == {"Service": "sns.amazonaws.com"}
     topic = record["resources"]["TopicBFC7AF6E"]["physicalId"]
     subs = m("sns").list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
-    assert [s["SubscriptionArn"] for s in subs] == [record["resources"]["QueueGoldenCdkStackTopic1060F492172D006E"]["physicalId"]]
+    assert [s["SubscriptionArn"] for s in subs] == [
+        record["resources"]["QueueGoldenCdkStackTopic1060F492172D006E"]["physicalId"]
+    ]
     param = m("ssm").get_parameter(Name="/GoldenCdkStack-Param165332EC")["Parameter"]
     assert param["Value"] == f"us-east-1/{topic}"
     groups = m("logs").describe_log_groups(logGroupNamePrefix="/cdkd/")["logGroups"]
@@ -190,7 +208,9 @@ def test_it_updates_replaces_and_deletes_checking_record_and_aws_each_time(aws, 
     assert new_queue["attributes"]["QueueName"] == "golden-q-2"
     # the readers of the queue moved with it
     policy = third["resources"]["QueuePolicy25439813"]
-    assert policy["physicalId"] == new_queue["physicalId"] and policy["properties"]["Queues"] == [new_queue["physicalId"]]
+    assert policy["physicalId"] == new_queue["physicalId"] and policy["properties"]["Queues"] == [
+        new_queue["physicalId"]
+    ]
     sub = third["resources"]["QueueGoldenCdkStackTopic1060F492172D006E"]
     assert sub["properties"]["Endpoint"] == "arn:aws:sqs:us-east-1:111111111111:golden-q-2"
     assert third["outputs"]["QueueUrl"] == new_queue["physicalId"]
@@ -250,7 +270,11 @@ def test_it_takes_over_the_record_cdkd_wrote_with_no_change(aws, bucket):
         "QueueUrl"
     ]
     topic = m("sns").create_topic(Name="GoldenCdkStack-TopicBFC7AF6E")["TopicArn"]
-    record = (SAMPLE / "state.json").read_bytes().replace(b"http://127.0.0.1:5181/111111111111/", url.rsplit("/", 1)[0].encode() + b"/")
+    record = (
+        (SAMPLE / "state.json")
+        .read_bytes()
+        .replace(b"http://127.0.0.1:5181/111111111111/", url.rsplit("/", 1)[0].encode() + b"/")
+    )
     assert topic in record.decode()
     aws.put(ACCOUNT, BUCKET, STATE, record)
     etag = aws.etag(ACCOUNT, BUCKET, STATE)
@@ -267,13 +291,30 @@ def test_it_takes_over_the_record_cdkd_wrote_with_no_change(aws, bucket):
 
 
 def test_it_deploys_a_role_and_its_policy_then_deletes_them_dependents_first(aws, bucket):
-    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
-    allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["Queue4A7E3555", "Arn"]}}]}
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    allow = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["Queue4A7E3555", "Arn"]}}
+        ],
+    }
     template = golden_template()
-    template["Resources"]["Role1ABCC5F0"] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": trust}}
+    template["Resources"]["Role1ABCC5F0"] = {
+        "Type": "AWS::IAM::Role",
+        "Properties": {"AssumeRolePolicyDocument": trust},
+    }
     template["Resources"]["RoleDefaultPolicy5FFB7DAB"] = {
         "Type": "AWS::IAM::Policy",
-        "Properties": {"PolicyDocument": allow, "PolicyName": "RoleDefaultPolicy5FFB7DAB", "Roles": [{"Ref": "Role1ABCC5F0"}]},
+        "Properties": {
+            "PolicyDocument": allow,
+            "PolicyName": "RoleDefaultPolicy5FFB7DAB",
+            "Roles": [{"Ref": "Role1ABCC5F0"}],
+        },
     }
     d = deployer()
     d.deploy(context(bucket), template, account=ACCOUNT)
@@ -283,10 +324,15 @@ def test_it_deploys_a_role_and_its_policy_then_deletes_them_dependents_first(aws
     assert role["physicalId"] == "GoldenCdkStack-Role1ABCC5F0" and list(role["attributes"]) == ["Arn", "RoleId"]
     assert policy["physicalId"] == "RoleDefaultPolicy5FFB7DAB"
     assert policy["dependencies"] == ["Queue4A7E3555", "Role1ABCC5F0"]
-    assert policy["properties"]["PolicyDocument"]["Statement"][0]["Resource"] == record["resources"]["Queue4A7E3555"]["attributes"]["Arn"]
+    assert (
+        policy["properties"]["PolicyDocument"]["Statement"][0]["Resource"]
+        == record["resources"]["Queue4A7E3555"]["attributes"]["Arn"]
+    )
     assert policy["properties"]["Roles"] == ["GoldenCdkStack-Role1ABCC5F0"]
     iam = Moto(aws)("iam")
-    assert iam.list_role_policies(RoleName="GoldenCdkStack-Role1ABCC5F0")["PolicyNames"] == ["RoleDefaultPolicy5FFB7DAB"]
+    assert iam.list_role_policies(RoleName="GoldenCdkStack-Role1ABCC5F0")["PolicyNames"] == [
+        "RoleDefaultPolicy5FFB7DAB"
+    ]
 
     del template["Resources"]["Role1ABCC5F0"]
     del template["Resources"]["RoleDefaultPolicy5FFB7DAB"]

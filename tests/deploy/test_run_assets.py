@@ -23,17 +23,36 @@ def stack_with_assets() -> tuple[Assembly, StackArtifact]:
     manifest = {
         "version": "48.0.0",
         "files": {
-            "aaa": {"source": {"path": "asset.aaa", "packaging": "zip"}, "destinations": {"d": dict(dest, objectKey="aaa.zip")}},
-            "bbb": {"source": {"path": "data.txt", "packaging": "file"}, "destinations": {"d": dict(dest, objectKey="bbb.txt")}},
-            "tpl": {"source": {"path": "S.template.json", "packaging": "file"}, "destinations": {"d": dict(dest, objectKey="tpl.json")}},
+            "aaa": {
+                "source": {"path": "asset.aaa", "packaging": "zip"},
+                "destinations": {"d": dict(dest, objectKey="aaa.zip")},
+            },
+            "bbb": {
+                "source": {"path": "data.txt", "packaging": "file"},
+                "destinations": {"d": dict(dest, objectKey="bbb.txt")},
+            },
+            "tpl": {
+                "source": {"path": "S.template.json", "packaging": "file"},
+                "destinations": {"d": dict(dest, objectKey="tpl.json")},
+            },
         },
         "dockerImages": {},
     }
-    files = {"asset.aaa/index.py": b"def handler(e, c):\n    return 1\n", "asset.aaa/lib/x.py": b"X = 1\n", "data.txt": b"hello", "S.template.json": b"{}"}
+    files = {
+        "asset.aaa/index.py": b"def handler(e, c):\n    return 1\n",
+        "asset.aaa/lib/x.py": b"X = 1\n",
+        "data.txt": b"hello",
+        "S.template.json": b"{}",
+    }
     stack = StackArtifact(
-        artifact_id="S", stack_name="S", display_name="S", template_file="S.template.json", template={},
+        artifact_id="S",
+        stack_name="S",
+        display_name="S",
+        template_file="S.template.json",
+        template={},
         environment=Environment(raw="aws://unknown-account/unknown-region", account=None, region=None),
-        asset_manifest_file="S.assets.json", asset_manifest=manifest,
+        asset_manifest_file="S.assets.json",
+        asset_manifest=manifest,
     )
     return Assembly(files=files, digest="d", version="48.0.0", stacks=[stack]), stack
 

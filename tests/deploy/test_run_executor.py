@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.deploy.run import DeployFailed, Deployer, RetryPolicy
+from engine.deploy.run import Deployer, DeployFailed, RetryPolicy
 from engine.providers.base import CreateResult, ProviderError, UpdateResult
 from tests.deploy.test_run import ACCOUNT, BUCKET, JOURNAL, STATE, context
 from tests.deploy.test_run import bucket as bucket  # noqa: F401,PLC0414 - the fixture
@@ -62,7 +62,9 @@ class Fake:
             if self.on_create:
                 self.on_create(logical_id)
             if logical_id in self.fail:
-                raise ProviderError(f"{logical_id}: CreateQueue failed (InvalidAttributeValue)", aws_code="InvalidAttributeValue")
+                raise ProviderError(
+                    f"{logical_id}: CreateQueue failed (InvalidAttributeValue)", aws_code="InvalidAttributeValue"
+                )
             url = f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/{properties['QueueName']}"
             self.live[url] = properties
             return CreateResult(url, {"QueueName": properties["QueueName"]})
