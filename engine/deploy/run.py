@@ -86,6 +86,7 @@ DEFAULT_CONCURRENCY = 10
 _SUB_RE = re.compile(r"\$\{([^}]*)\}")
 RETAIN = frozenset({"Retain", "RetainExceptOnCreate"})
 PLAN_CHANGED = "plan changed, re-approval required"
+STATEFUL_CONSENT = "a stateful replacement needs explicit consent"  # engine.deploy.plan's wording
 NAMED_REPLACEMENT_COLLISION = "NAMED_REPLACEMENT_COLLISION"
 NAMED_REPLACEMENT_IDEMPOTENT_CREATE = "NAMED_REPLACEMENT_IDEMPOTENT_CREATE"
 STATE_MODIFIED = "State has been modified by another process"
@@ -374,7 +375,10 @@ class Deployer:
         approved_etag: str | None = None,
         assembly_digest: str | None = None,
         construct_paths: dict[str, str] | None = None,
+        stateful_consent: bool = False,
     ) -> DeployResult:
+        """`stateful_consent`: the approval explicitly accepted the plan's stateful
+        replacements (cdkd's --force-stateful-recreation); every other blocking reason stays."""
         if ctx.region is None:
             raise OperationRefused("a deploy needs the stack's region")
         clients = self.clients or Clients(ctx.bucket.session)
@@ -397,6 +401,7 @@ class Deployer:
                     approved_etag=approved_etag,
                     assembly_digest=assembly_digest,
                     construct_paths=construct_paths,
+                    stateful_consent=stateful_consent,
                 )
         except BaseException as exc:
             if recorder is not None:
@@ -542,8 +547,9 @@ class _Run:
             raise OperationRefused(f"{PLAN_CHANGED}: the record's ETag is {etag or '(none)'}")
         if kw["approved_digest"] is not None and kw["approved_digest"] != plan.plan["digest"]:
             raise OperationRefused(f"{PLAN_CHANGED}: the plan's digest is now {plan.plan['digest']}")
-        if plan.blocking:
-            raise OperationRefused("the plan has blocking reasons: " + "; ".join(plan.blocking))
+        blocking = [b for b in plan.blocking if not (kw["stateful_consent"] and b.endswith(STATEFUL_CONSENT))]
+        if blocking:
+            raise OperationRefused("the plan has blocking reasons: " + "; ".join(blocking))
 
         # the resolution context of the run: bound parameters, conditions, rows as they move
         self.template = template

@@ -339,3 +339,33 @@ def test_it_deploys_a_role_and_its_policy_then_deletes_them_dependents_first(aws
     result = d.deploy(context(bucket), template, account=ACCOUNT, concurrency=1)
     assert result.deleted == ["RoleDefaultPolicy5FFB7DAB", "Role1ABCC5F0"]  # the reader first
     assert [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith("Golden")] == []
+
+
+def test_it_refuses_a_stateful_replacement_without_consent_and_replaces_with_it(aws, bucket):
+    template = golden_template()
+    d = deployer()
+    d.deploy(context(bucket), template, account=ACCOUNT)
+    template["Resources"]["Param165332EC"]["Properties"]["Name"] = "/golden/param"
+    with pytest.raises(OperationRefused, match="stateful replacement needs explicit consent"):
+        d.deploy(context(bucket), template, account=ACCOUNT)
+    result = d.deploy(context(bucket), template, account=ACCOUNT, stateful_consent=True)
+    assert result.replaced == ["Param165332EC"]
+    _, record = stored(aws)
+    assert record["resources"]["Param165332EC"]["physicalId"] == "/golden/param"
+    ssm = Moto(aws)("ssm")
+    assert ssm.get_parameter(Name="/golden/param")["Parameter"]["Value"].startswith("us-east-1/arn:aws:sns:")
+    with pytest.raises(ClientError):
+        ssm.get_parameter(Name="/GoldenCdkStack-Param165332EC")
+
+
+def test_it_records_cdkds_event_stream_for_the_run(aws, bucket):
+    from engine.events import parse_event_stream
+
+    result = deployer().deploy(context(bucket), golden_template(), account=ACCOUNT)
+    key = f"cdkd/{STACK}/{REGION}/deployments/{result.run_id}.jsonl"
+    events = parse_event_stream(aws.get(ACCOUNT, BUCKET, key))
+    kinds = [e["eventType"] for e in events]
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+    assert events[0]["command"] == "deploy"
+    assert kinds.count("RESOURCE_STARTED") == kinds.count("RESOURCE_SUCCEEDED") == 5
+    assert events[-1]["result"] == "SUCCEEDED" and events[-1]["counts"]["created"] == 5
