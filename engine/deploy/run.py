@@ -572,6 +572,7 @@ class _Run:
         self.outputs: dict[str, Any] = dict((data or {}).get("outputs") or {})
         self.export_names: list[str] = list((data or {}).get("exportNames") or [])
 
+        self._check_providers()
         if not self.ops:
             return self._no_change(plan)
         self.ctx.log("info", f"deploying {ctx.stack} ({self.region}): {len(self.ops)} change(s)")
@@ -587,6 +588,27 @@ class _Run:
         if self.failed or ctx.cancelled():
             return self._fail(kw["no_rollback"])
         return self._succeed()
+
+    def _check_providers(self) -> None:
+        """Refuse before any AWS call what no provider here can create or update, and any
+        property a provider would not write (cdkd would route it to Cloud Control; this engine
+        never drops one silently)."""
+        problems: list[str] = []
+        for lid, op in self.ops.items():
+            if op.action in ("delete", "metadata"):
+                continue
+            provisioned_by = (op.previous or {}).get("provisionedBy") if op.action == "update" else None
+            provider = self.d.provider_for(op.resource_type, provisioned_by)
+            if provider is None or not hasattr(provider, "create"):
+                problems.append(f"{lid} ({op.resource_type}): this engine cannot create or update the type yet")
+                continue
+            handled = getattr(provider, "handled", None)
+            if handled:
+                extra = sorted(set(self.resources[lid].get("Properties") or {}) - set(handled))
+                if extra:
+                    problems.append(f"{lid} ({op.resource_type}): properties {', '.join(extra)} are not handled")
+        if problems:
+            raise OperationRefused("the deploy cannot run: " + "; ".join(problems))
 
     def _build_ops(self, plan: StackPlan) -> None:
         ids = set(self.resources)

@@ -63,11 +63,13 @@ DEPLOY_REGISTRY: dict[str, Any] = _deploy_registry()
 
 def deploy_provider_for(resource_type: str, provisioned_by: str | None = None) -> Any:
     """The provider a deploy uses for a type (cdkd's routing, reference 5.2): a recorded
-    `cc-api` row sticks to Cloud Control where it can; otherwise the SDK provider; a type
-    without one goes through Cloud Control. None when neither can take it."""
+    `cc-api` row sticks to Cloud Control where it can; otherwise the SDK provider (for the
+    types destroy alone knows, one that can only delete: the run refuses to create or update
+    those before any AWS call); a type without one goes through Cloud Control. None when
+    neither can take it."""
     if provisioned_by == "cc-api" and cloud_control_can_delete(resource_type):
         return CLOUD_CONTROL
-    sdk = DEPLOY_REGISTRY.get(resource_type)
+    sdk = DEPLOY_REGISTRY.get(resource_type) or REGISTRY.get(resource_type)  # delete-only types too
     if sdk is not None:
         return sdk
     return CLOUD_CONTROL if cloud_control_can_delete(resource_type) else None

@@ -369,3 +369,24 @@ def test_it_records_cdkds_event_stream_for_the_run(aws, bucket):
     assert events[0]["command"] == "deploy"
     assert kinds.count("RESOURCE_STARTED") == kinds.count("RESOURCE_SUCCEEDED") == 5
     assert events[-1]["result"] == "SUCCEEDED" and events[-1]["counts"]["created"] == 5
+
+
+def test_it_refuses_before_any_aws_call_what_no_provider_here_creates(aws, bucket):
+    template = golden_template()
+    template["Resources"]["Fn"] = {
+        "Type": "AWS::Lambda::Function",
+        "Properties": {
+            "Code": {"ZipFile": "x"},
+            "Handler": "i.h",
+            "Runtime": "python3.12",
+            "Role": "arn:aws:iam::1:role/r",
+        },
+    }
+    template["Resources"]["Queue4A7E3555"]["Properties"]["SomethingNew"] = 1
+    aws.reset_counts()
+    with pytest.raises(OperationRefused) as caught:
+        deployer().deploy(context(bucket), template, account=ACCOUNT)
+    assert "Fn (AWS::Lambda::Function): this engine cannot create or update the type yet" in str(caught.value)
+    assert "Queue4A7E3555 (AWS::SQS::Queue): properties SomethingNew are not handled" in str(caught.value)
+    assert aws.etag(ACCOUNT, BUCKET, STATE) is None
+    assert not any(name in aws.requests for name in ("CreateQueue", "CreateTopic", "PutParameter"))
