@@ -966,23 +966,27 @@ class _Run:
         self.result.outputs = outputs
 
     def _drain_observed(self) -> None:
-        """observedProperties for the rows this run created or updated (3.4): a failed read
-        leaves the field absent, which is always safe."""
-        for op in self.completed:
-            row = op.row
-            if row is None or op.outcome not in ("created", "updated", "replaced"):
-                continue
+        """observedProperties for the rows this run created or updated (3.4), read with the
+        run's concurrency: a failed read leaves the field absent, which is always safe."""
+        todo = [op for op in self.completed if op.row is not None and op.outcome in ("created", "updated", "replaced")]
+
+        def read(op: Op) -> tuple[Op, Any]:
+            row = op.row or {}
             provider = self.d.provider_for(str(row.get("resourceType")), row.get("provisionedBy"))
             reader = getattr(provider, "read", None)
             if reader is None:
-                continue
+                return op, None
             try:
-                observed = reader(self.clients, self._ref(op.logical_id, row))
+                return op, reader(self.clients, self._ref(op.logical_id, row))
             except Exception as exc:  # a read-back never fails a deploy
                 self.ctx.log("warning", f"{op.logical_id}: observed state not read ({exc})")
-                continue
+                return op, None
+
+        with ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="observe") as pool:
+            answers = list(pool.map(read, todo))
+        for op, observed in answers:
             if isinstance(observed, dict):
-                row = dict(row)
+                row = dict(op.row or {})
                 row.pop("observedProperties", None)
                 row["observedProperties"] = observed
                 with self.rows_lock:
