@@ -10,7 +10,7 @@ no ETag protocol (cdkd's writer does the same; the lock is the exclusion), 2-spa
                        "previousState"?, "physicalId", "properties",
                        "oldResourceRetained"? (UPDATE), "previousResourceType"? (UPDATE)}],
        "failedOperations": [{"logicalId", "changeType", "resourceType", "provisionedBy",
-                             "previousState"?, "physicalId"?, "attemptedProperties"}]}]}
+                             "previousState"?, "physicalId"?, "attemptedProperties"?}]}]}
 
 `reason` is one of `no-rollback-failure`, `interrupted`, `auto-rollback-started`,
 `auto-rollback-clean`; segments run oldest to newest; a segment with no completed and no
@@ -43,6 +43,7 @@ from engine.schema import StackState, dump_state, js_stringify, parse_state
 
 JOURNAL_VERSION = 1
 RETAIN = frozenset({"Retain", "RetainExceptOnCreate"})
+NOT_AN_ATTEMPT = frozenset({"AlreadyExists", "NAMED_REPLACEMENT_COLLISION", "NAMED_REPLACEMENT_IDEMPOTENT_CREATE"})
 REASONS = frozenset({"no-rollback-failure", "interrupted", "auto-rollback-started", "auto-rollback-clean"})
 
 
@@ -89,7 +90,12 @@ def segment_from_run(run: Any, *, reason: str, initial_deploy: bool) -> dict[str
         if op.previous is not None:
             entry["previousState"] = op.previous
             entry["physicalId"] = op.previous.get("physicalId")
-        entry["attemptedProperties"] = op.attempted or {}
+        # seed 000: a failed op refused because the resource it met belongs to someone else
+        # is recorded without attempted properties, so it is never read back as an attempt;
+        # any other failed write keeps them (it may have landed)
+        code = getattr(op.error, "aws_code", None)
+        if code not in NOT_AN_ATTEMPT:
+            entry["attemptedProperties"] = op.attempted or {}
         failed.append(entry)
     segment: dict[str, Any] = {}
     run_id = getattr(getattr(run, "recorder", None), "run_id", None)

@@ -390,3 +390,36 @@ def test_it_refuses_before_any_aws_call_what_no_provider_here_creates(aws, bucke
     assert "Queue4A7E3555 (AWS::SQS::Queue): properties SomethingNew are not handled" in str(caught.value)
     assert aws.etag(ACCOUNT, BUCKET, STATE) is None
     assert not any(name in aws.requests for name in ("CreateQueue", "CreateTopic", "PutParameter"))
+
+
+def test_it_takes_over_the_cdkd_record_with_a_change_keeping_what_it_does_not_touch(aws, bucket):
+    m = Moto(aws)
+    url = m("sqs").create_queue(QueueName="GoldenCdkStack-Queue4A7E3555", Attributes={"VisibilityTimeout": "45"})[
+        "QueueUrl"
+    ]
+    m("sns").create_topic(Name="GoldenCdkStack-TopicBFC7AF6E")
+    text = (
+        (SAMPLE / "state.json").read_text().replace("http://127.0.0.1:5181/111111111111/", url.rsplit("/", 1)[0] + "/")
+    )
+    record = json.loads(text)
+    record["resources"]["Param165332EC"]["futureRowField"] = {"kept": True}  # a field a newer cdkd writes
+    record["futureStackField"] = [1, 2]
+    aws.put(ACCOUNT, BUCKET, STATE, json.dumps(record, indent=2).encode())
+
+    template = golden_template()
+    template["Resources"]["Queue4A7E3555"]["Properties"]["VisibilityTimeout"] = 60
+    result = deployer().deploy(context(bucket), template, account=ACCOUNT)
+
+    assert result.updated == ["Queue4A7E3555"] and result.created == result.deleted == []
+    body, after = stored(aws)
+    assert after["version"] == 11
+    assert after["futureStackField"] == [1, 2]
+    for lid in ("TopicBFC7AF6E", "Param165332EC", "QueuePolicy25439813", "QueueGoldenCdkStackTopic1060F492172D006E"):
+        assert after["resources"][lid] == record["resources"][lid], lid  # carried verbatim
+    assert after["resources"]["Param165332EC"]["futureRowField"] == {"kept": True}
+    queue = after["resources"]["Queue4A7E3555"]
+    assert queue["properties"] == {"VisibilityTimeout": 60} and queue["physicalId"] == url
+    assert list(after["resources"]) == list(record["resources"])  # the updated row keeps its place
+    assert after["exportNames"] == ["GoldenCdkStack-TopicArn"]
+    attrs = m("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "60"

@@ -164,3 +164,30 @@ def test_cancel_stops_new_work_and_lets_in_flight_calls_finish(aws, bucket):  # 
     assert sorted(again.created) == sorted(set(f"Q{i:03d}" for i in range(12)) - set(result.created))
     assert len(fake.live) == 12
     assert aws.etag(ACCOUNT, BUCKET, JOURNAL) is None  # a successful deploy deletes the journal
+
+
+def test_a_replacement_whose_name_is_still_held_fails_with_cdkds_code(aws, bucket):  # noqa: F811
+    class Named(Fake):
+        handled = frozenset({"QueueName", "Tags", "FifoQueue"})
+
+        def create(self, clients, logical_id, resource_type, properties, target):
+            url = f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/{properties['QueueName']}"
+            if url in self.live:
+                raise ProviderError(f"{logical_id}: a resource named {url} already exists", aws_code="AlreadyExists")
+            return super().create(clients, logical_id, resource_type, properties, target)
+
+    fake = Named()
+    run(bucket, fake, queues(1))
+    before = json.loads(aws.get(ACCOUNT, BUCKET, STATE))
+    template = queues(1)
+    template["Resources"]["Q000"]["Properties"]["FifoQueue"] = True  # create-only: a replacement
+    with pytest.raises(DeployFailed) as caught:
+        run(bucket, fake, template)
+    assert "NAMED_REPLACEMENT_COLLISION" in caught.value.result.errors[0]
+    after = json.loads(aws.get(ACCOUNT, BUCKET, STATE))
+    assert after["resources"] == before["resources"]  # the old queue is still the recorded one
+    [segment] = json.loads(aws.get(ACCOUNT, BUCKET, JOURNAL))["segments"]
+    [failed] = segment["failedOperations"]
+    assert segment["operations"] == [] and failed["logicalId"] == "Q000"
+    # it met a resource that is not its own: no attempted properties (seed 000)
+    assert "attemptedProperties" not in failed and failed["previousState"] == before["resources"]["Q000"]
