@@ -478,6 +478,7 @@ class _Run:
                 record["imports"] = imports
             else:
                 record.pop("imports", None)
+            record.pop("outputReads", None)  # this run's reads only, and it resolves none
             record["exportNames"] = list(self.export_names)
             record.pop("skippedOutputs", None)
         else:

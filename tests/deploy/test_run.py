@@ -423,3 +423,26 @@ def test_it_takes_over_the_cdkd_record_with_a_change_keeping_what_it_does_not_to
     assert after["exportNames"] == ["GoldenCdkStack-TopicArn"]
     attrs = m("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]
     assert attrs["VisibilityTimeout"] == "60"
+
+
+def test_a_consumer_records_the_import_it_resolved(aws, bucket):
+    deployer().deploy(context(bucket), golden_template(), account=ACCOUNT)
+    consumer = {
+        "Resources": {
+            "Reader": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {"Type": "String", "Value": {"Fn::ImportValue": "GoldenCdkStack-TopicArn"}},
+            }
+        }
+    }
+    ctx = context(bucket)
+    ctx.stack = "Consumer"
+    deployer().deploy(ctx, consumer, account=ACCOUNT)
+    record = json.loads(aws.get(ACCOUNT, BUCKET, f"cdkd/Consumer/{REGION}/state.json"))
+    topic = f"arn:aws:sns:us-east-1:{ACCOUNT}:GoldenCdkStack-TopicBFC7AF6E"
+    assert record["resources"]["Reader"]["properties"]["Value"] == topic
+    assert record["imports"] == [
+        {"exportName": "GoldenCdkStack-TopicArn", "sourceStack": "GoldenCdkStack", "sourceRegion": "us-east-1"}
+    ]
+    assert record["exportNames"] == [] and record["outputs"] == {}
+    assert Moto(aws)("ssm").get_parameter(Name="/Consumer-Reader")["Parameter"]["Value"] == topic
