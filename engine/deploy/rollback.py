@@ -232,7 +232,9 @@ class Executor:
         save: Any,
         provider_for: Any = deploy_provider_for,
         log: Any = lambda level, message: None,
+        event: Any = None,
     ) -> None:
+        self.event = event  # (event_type, **fields) -> None: cdkd's ROLLBACK_RESOURCE_* events
         self.rows = rows
         self.clients = clients
         self.target = target
@@ -256,14 +258,24 @@ class Executor:
         report = RollbackReport()
         for op in _order(operations, self.rows):
             lid = str(op.get("logicalId"))
+            fields = {
+                "operation": op.get("changeType"),
+                "logicalId": lid,
+                "resourceType": op.get("resourceType"),
+                "provisionedBy": op.get("provisionedBy"),
+            }
             try:
                 changed = self._one(op, report)
             except (ProviderError, Skip, EngineError) as exc:
                 report.failures.append(f"{lid}: {exc}")
                 self.log("error", f"rollback of {lid} failed: {exc}")
+                if self.event:
+                    self.event("ROLLBACK_RESOURCE_FAILED", error=exc, **fields)
                 continue
             if changed:
                 self.save()
+                if self.event:
+                    self.event("ROLLBACK_RESOURCE_SUCCEEDED", physicalId=op.get("physicalId"), **fields)
         return report
 
     def _one(self, op: dict[str, Any], report: RollbackReport) -> bool:
@@ -328,6 +340,8 @@ def roll_back_run(run: Any, segment: dict[str, Any], *, journal_written: bool) -
     segment (pushing a failed-only `auto-rollback-clean` one when ops failed); the journal is
     deleted when nothing is left in it."""
     ctx = run.ctx
+    recorder = getattr(run, "recorder", None)
+    event = recorder.record if recorder is not None else None
     executor = Executor(
         rows=run.rows,
         clients=run.clients,
@@ -335,8 +349,13 @@ def roll_back_run(run: Any, segment: dict[str, Any], *, journal_written: bool) -
         save=lambda: run.save(what="rollback"),
         provider_for=run.d.provider_for,
         log=ctx.log,
+        event=event,
     )
+    if event:
+        event("ROLLBACK_STARTED")
     report = executor.replay(segment["operations"])
+    if event:
+        event("ROLLBACK_FINISHED")
     saved = run.save(what="post-rollback")
     if journal_written and not report.failures and saved:
         journal = read_journal(ctx, run.region) or {"segments": []}

@@ -65,6 +65,7 @@ from engine.deploy.plan import METADATA_TYPE, StackPlan, StateLocation, compute_
 from engine.errors import EngineError, NotFound, PreconditionFailed
 from engine.events import (
     RESOURCE_FAILED,
+    RESOURCE_RETAINED,
     RESOURCE_SKIPPED,
     RESOURCE_STARTED,
     RESOURCE_SUCCEEDED,
@@ -213,6 +214,10 @@ class Op:
     outcome: str = ""  # created | updated | unchanged | replaced | deleted | retained | skipped | metadata
     old_retained: bool = False
     skip_reason: str | None = None
+    started: float = 0.0
+
+    def duration_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000) if self.started else 0
 
 
 def now_ms() -> int:
@@ -669,6 +674,7 @@ class _Run:
                     ready.sort(key=lambda o: (-weights[o.logical_id], o.logical_id))
                     for op in ready[: self.limit - len(running)]:
                         op.status = "running"
+                        op.started = time.monotonic()
                         self._event(RESOURCE_STARTED, op)
                         running[pool.submit(self._work, op)] = op
                 if not running:
@@ -682,7 +688,7 @@ class _Run:
                         op.error = exc
                         self.failed.append(op)
                         self.result.errors.append(f"{op.logical_id}: {exc}")
-                        self._event(RESOURCE_FAILED, op, error=exc)
+                        self._event(RESOURCE_FAILED, op, error=exc, durationMs=op.duration_ms())
                         self.ctx.log("error", f"{op.logical_id} ({op.resource_type}) failed: {exc}")
                         continue
                     op.status = "done"
@@ -718,8 +724,10 @@ class _Run:
         }[outcome].append(op.logical_id)
         if outcome == "skipped":
             self._event(RESOURCE_SKIPPED, op, reason=op.skip_reason)
+        elif outcome == "retained":
+            self._event(RESOURCE_RETAINED, op)
         else:
-            self._event(RESOURCE_SUCCEEDED, op)
+            self._event(RESOURCE_SUCCEEDED, op, durationMs=op.duration_ms())
         if outcome not in ("unchanged",):
             self.completed.append(op)
             self.save(what=f"{op.logical_id}")

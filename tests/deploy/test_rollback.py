@@ -104,6 +104,15 @@ def test_it_rolls_back_a_failed_first_deploy_and_settles_the_journal(aws, bucket
     assert failed["logicalId"] == FAILING and failed["changeType"] == "CREATE"
     assert failed["attemptedProperties"]["Value"].startswith("us-east-1/arn:aws:sns:")
 
+    # the event stream tells the same story
+    from engine.events import parse_event_stream
+
+    key = f"cdkd/GoldenCdkStack/us-east-1/deployments/{result.run_id}.jsonl"
+    kinds = [e["eventType"] for e in parse_event_stream(aws.get(ACCOUNT, BUCKET, key))]
+    assert kinds.index("RESOURCE_FAILED") < kinds.index("ROLLBACK_STARTED") < kinds.index("ROLLBACK_FINISHED")
+    assert kinds.count("ROLLBACK_RESOURCE_SUCCEEDED") == len(created)
+    assert kinds[-1] == "RUN_FINISHED"
+
 
 def test_it_leaves_the_journal_with_no_rollback_and_finish_rollback_reverts_it(aws, bucket):  # noqa: F811
     d = deployer(provider_for=failing_provider)
