@@ -397,8 +397,21 @@ class PolicyProvider(SdkProvider, DeployCalls):
         return targets
 
 
-class ManagedPolicyProvider(SdkProvider):
-    types = ("AWS::IAM::ManagedPolicy",)
+MANAGED = "AWS::IAM::ManagedPolicy"
+ATTACH = {
+    "Roles": ("attach_role_policy", "detach_role_policy", "RoleName"),
+    "Users": ("attach_user_policy", "detach_user_policy", "UserName"),
+    "Groups": ("attach_group_policy", "detach_group_policy", "GroupName"),
+}
+
+
+class ManagedPolicyProvider(SdkProvider, DeployCalls):
+    """Delete as before; deploy (reference 5.7): the ARN is the physical id (Pattern B name,
+    max 128), attribute `PolicyArn`; a new document is a new default version (the oldest
+    non-default one is deleted when IAM's five are used); attachments are diffed."""
+
+    types = (MANAGED,)
+    handled = frozenset({"ManagedPolicyName", "PolicyDocument", "Path", "Description", "Roles", "Users", "Groups"})
     not_found_codes = NO_SUCH_ENTITY
     action = "DeletePolicy"
 
@@ -432,6 +445,80 @@ class ManagedPolicyProvider(SdkProvider):
                 _ignore_missing(iam.delete_policy_version, PolicyArn=physical_id, VersionId=version["VersionId"])
         iam.delete_policy(PolicyArn=physical_id)
         return DELETED
+
+    def create(
+        self, clients: Clients, logical_id: str, resource_type: str, properties: dict, target: DeployTarget
+    ) -> CreateResult:
+        name = physical_name(MANAGED, logical_id, properties, stack_name=target.stack_name)
+        iam = clients("iam", IAM_REGION)
+        params: dict[str, Any] = {"PolicyName": name, "PolicyDocument": _doc(properties.get("PolicyDocument"))}
+        for key in ("Path", "Description"):
+            if isinstance(properties.get(key), str):
+                params[key] = properties[key]
+        try:
+            arn = iam.create_policy(**params)["Policy"]["Arn"]
+        except ClientError as exc:
+            if error_code(exc) == "EntityAlreadyExists":
+                raise already_exists(logical_id, resource_type, name) from None
+            raise provider_error(ResourceRef(logical_id, MANAGED, name), "CreatePolicy", exc) from None
+        try:
+            self._attach(iam, logical_id, arn, {}, properties)
+        except ProviderError:
+            self.delete(clients, ResourceRef(logical_id, MANAGED, arn, region=target.region))
+            raise
+        return CreateResult(arn, {"PolicyArn": arn})
+
+    def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
+        arn = ref.physical_id or ""
+        iam = clients("iam", IAM_REGION)
+        if ref.properties.get("PolicyDocument") != properties.get("PolicyDocument"):
+            versions = _pages(iam.list_policy_versions, "Versions", PolicyArn=arn)
+            if len(versions) >= 5:
+                oldest = min((v for v in versions if not v.get("IsDefaultVersion")), key=lambda v: v["CreateDate"])
+                _ignore_missing(iam.delete_policy_version, PolicyArn=arn, VersionId=oldest["VersionId"])
+            self._guarded(
+                ref.logical_id,
+                MANAGED,
+                arn,
+                "CreatePolicyVersion",
+                iam.create_policy_version,
+                PolicyArn=arn,
+                PolicyDocument=_doc(properties.get("PolicyDocument")),
+                SetAsDefault=True,
+            )
+        self._attach(iam, ref.logical_id, arn, ref.properties, properties)
+        return UpdateResult(arn, {"PolicyArn": arn})
+
+    def _attach(self, iam: Any, lid: str, arn: str, old: dict, new: dict) -> None:
+        for prop, (attach, detach, param) in ATTACH.items():
+            before, after = list(old.get(prop) or []), list(new.get(prop) or [])
+            for principal in after:
+                if principal not in before:
+                    self._guarded(
+                        lid, MANAGED, arn, attach, getattr(iam, attach), **{param: principal, "PolicyArn": arn}
+                    )
+            for principal in before:
+                if principal not in after:
+                    _ignore_missing(getattr(iam, detach), **{param: principal, "PolicyArn": arn})
+
+    def read(self, clients: Clients, ref: ResourceRef) -> dict | None:
+        arn = ref.physical_id or ""
+        iam = clients("iam", IAM_REGION)
+        try:
+            policy = iam.get_policy(PolicyArn=arn)["Policy"]
+            version = iam.get_policy_version(PolicyArn=arn, VersionId=policy["DefaultVersionId"])["PolicyVersion"]
+        except ClientError:
+            return None
+        out: dict[str, Any] = {
+            "ManagedPolicyName": policy["PolicyName"],
+            "PolicyDocument": _decoded(version.get("Document")),
+            "Path": policy.get("Path", "/"),
+            "Description": policy.get("Description", ""),
+        }
+        for prop in ("Roles", "Users", "Groups"):
+            if prop in ref.properties:
+                out[prop] = ref.properties[prop]
+        return out
 
 
 PROVIDERS = (RoleProvider(), PolicyProvider(), ManagedPolicyProvider())

@@ -316,3 +316,32 @@ def test_role_and_inline_policy(clients, moto):
     assert iam.list_role_policies(RoleName="my-role")["PolicyNames"] == ["Stack-FnPolicy"]
     with pytest.raises(ProviderError):
         policies.create(clients, "Lonely", "AWS::IAM::Policy", {"PolicyDocument": ALLOW}, TARGET)
+
+
+@pytest.mark.integration
+def test_managed_policy(clients, moto):
+    iam = moto("iam")
+    iam.create_role(RoleName="mp-role", AssumeRolePolicyDocument=json.dumps(TRUST))
+    p = DEPLOY_REGISTRY["AWS::IAM::ManagedPolicy"]
+    made = p.create(clients, "Mp", "AWS::IAM::ManagedPolicy", {"PolicyDocument": ALLOW, "Roles": ["mp-role"]}, TARGET)
+    assert made.physical_id == f"arn:aws:iam::{A1}:policy/Stack-Mp" and made.attributes == {
+        "PolicyArn": made.physical_id
+    }
+    assert [a["PolicyArn"] for a in iam.list_attached_role_policies(RoleName="mp-role")["AttachedPolicies"]] == [
+        made.physical_id
+    ]
+    with pytest.raises(ProviderError) as caught:
+        p.create(clients, "Mp", "AWS::IAM::ManagedPolicy", {"PolicyDocument": ALLOW}, TARGET)
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+    deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Action": "s3:*", "Resource": "*"}]}
+    for _ in range(6):  # more new documents than IAM keeps versions of
+        current = p.read(clients, ref("AWS::IAM::ManagedPolicy", made.physical_id, {}))["PolicyDocument"]
+        nxt = deny if current == ALLOW else ALLOW
+        p.update(
+            clients,
+            ref("AWS::IAM::ManagedPolicy", made.physical_id, {"PolicyDocument": current, "Roles": ["mp-role"]}),
+            {"PolicyDocument": nxt},
+            TARGET,
+        )
+    assert len(iam.list_policy_versions(PolicyArn=made.physical_id)["Versions"]) == 5
+    assert iam.list_attached_role_policies(RoleName="mp-role")["AttachedPolicies"] == []
