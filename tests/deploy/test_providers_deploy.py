@@ -345,3 +345,35 @@ def test_managed_policy(clients, moto):
         )
     assert len(iam.list_policy_versions(PolicyArn=made.physical_id)["Versions"]) == 5
     assert iam.list_attached_role_policies(RoleName="mp-role")["AttachedPolicies"] == []
+
+
+@pytest.mark.integration
+def test_bucket_subset_with_the_sample_records_attribute_names(clients, moto):
+    p = DEPLOY_REGISTRY["AWS::S3::Bucket"]
+    props = {
+        "BucketName": "deploy-bucket-xyz",
+        "VersioningConfiguration": {"Status": "Enabled"},
+        "Tags": [{"Key": "a", "Value": "1"}],
+    }
+    made = p.create(clients, "Bucket83908E77", "AWS::S3::Bucket", props, TARGET)
+    assert made.physical_id == "deploy-bucket-xyz"
+    # the attributes cdkd 0.284.40 recorded for this very bucket (deploy-written-DeployStack-state.json)
+    assert made.attributes == {
+        "Arn": "arn:aws:s3:::deploy-bucket-xyz",
+        "DomainName": "deploy-bucket-xyz.s3.amazonaws.com",
+        "DualStackDomainName": "deploy-bucket-xyz.s3.dualstack.us-east-1.amazonaws.com",
+        "RegionalDomainName": "deploy-bucket-xyz.s3.us-east-1.amazonaws.com",
+        "WebsiteURL": "http://deploy-bucket-xyz.s3-website-us-east-1.amazonaws.com",
+    }
+    s3 = moto("s3")
+    assert s3.get_bucket_versioning(Bucket="deploy-bucket-xyz")["Status"] == "Enabled"
+    with pytest.raises(ProviderError) as caught:
+        p.create(clients, "Bucket83908E77", "AWS::S3::Bucket", props, TARGET)
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+    p.update(clients, ref("AWS::S3::Bucket", made.physical_id, props), {"BucketName": "deploy-bucket-xyz"}, TARGET)
+    assert s3.get_bucket_versioning(Bucket="deploy-bucket-xyz")["Status"] == "Suspended"
+    observed = p.read(clients, ref("AWS::S3::Bucket", made.physical_id, {}))
+    assert observed["Tags"] == [] and observed["VersioningConfiguration"] == {"Status": "Suspended"}
+    # a generated name is lowercased
+    gen = p.create(clients, "MyBucket", "AWS::S3::Bucket", {}, TARGET)
+    assert gen.physical_id == "stack-mybucket"
