@@ -168,3 +168,31 @@ def test_it_reverts_an_in_place_update_when_a_later_resource_fails(aws, bucket):
     [failed] = segment["failedOperations"]
     assert failed["changeType"] == "UPDATE" and failed["previousState"] == before["resources"][FAILING]
     assert failed["physicalId"] == before["resources"][FAILING]["physicalId"]
+
+
+def test_finish_rollback_keeps_the_journal_when_a_revert_fails(aws, bucket):  # noqa: F811
+    d = deployer(provider_for=failing_provider)
+    with pytest.raises(DeployFailed):
+        d.deploy(context(bucket), golden_template(), account=ACCOUNT, concurrency=1, no_rollback=True)
+    journal_before = aws.get(ACCOUNT, BUCKET, JOURNAL)
+
+    class CannotDelete(Failing):
+        def delete(self, clients, ref, snapshot=False):
+            if ref.resource_type == "AWS::SNS::Topic":
+                raise ProviderError("DeleteTopic failed (AuthorizationError)", aws_code="AuthorizationError")
+            return self.inner.delete(clients, ref, snapshot=snapshot)
+
+    outcome = finish_rollback(
+        context(bucket, op="op-rollback-2"),
+        account=ACCOUNT,
+        provider_for=lambda t, p=None: CannotDelete(deploy_provider_for(t, p)),
+    )
+    assert outcome.result == "partial" and outcome.exit_code == 2
+    assert [f.split(":")[0] for f in outcome.report.failures] == ["TopicBFC7AF6E"]
+    # the journal is kept for a re-run, the record holds only what is still there
+    assert json.loads(aws.get(ACCOUNT, BUCKET, JOURNAL)) == json.loads(journal_before)
+    record = json.loads(aws.get(ACCOUNT, BUCKET, STATE))
+    assert list(record["resources"]) == ["TopicBFC7AF6E"]
+    # a second run with working deletes finishes the job
+    again = finish_rollback(context(bucket, op="op-rollback-3"), account=ACCOUNT)
+    assert again.result == "clean" and again.report.already and live(aws) == ([], [])
