@@ -377,3 +377,31 @@ def test_bucket_subset_with_the_sample_records_attribute_names(clients, moto):
     # a generated name is lowercased
     gen = p.create(clients, "MyBucket", "AWS::S3::Bucket", {}, TARGET)
     assert gen.physical_id == "stack-mybucket"
+
+
+@pytest.mark.integration
+def test_table_create_update_and_collision(clients, moto):
+    p = DEPLOY_REGISTRY["AWS::DynamoDB::Table"]
+    props = {
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+        "BillingMode": "PAY_PER_REQUEST",
+        "StreamSpecification": {"StreamViewType": "NEW_IMAGE"},
+        "TimeToLiveSpecification": {"AttributeName": "ttl", "Enabled": True},
+    }
+    made = p.create(clients, "Table", "AWS::DynamoDB::Table", props, TARGET)
+    assert made.physical_id == "Stack-Table"
+    assert list(made.attributes) == ["Arn", "TableId", "StreamArn", "TableName"]
+    assert made.attributes["Arn"] == f"arn:aws:dynamodb:us-east-1:{A1}:table/Stack-Table"
+    ddb = moto("dynamodb")
+    assert ddb.describe_time_to_live(TableName="Stack-Table")["TimeToLiveDescription"]["TimeToLiveStatus"] == "ENABLED"
+    with pytest.raises(ProviderError) as caught:
+        p.create(clients, "Table", "AWS::DynamoDB::Table", props, TARGET)
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+    new = dict(
+        props, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}, Tags=[{"Key": "a", "Value": "1"}]
+    )
+    p.update(clients, ref("AWS::DynamoDB::Table", made.physical_id, props), new, TARGET)
+    backups = ddb.describe_continuous_backups(TableName="Stack-Table")["ContinuousBackupsDescription"]
+    assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
+    assert ddb.list_tags_of_resource(ResourceArn=made.attributes["Arn"])["Tags"] == [{"Key": "a", "Value": "1"}]
