@@ -405,3 +405,28 @@ def test_table_create_update_and_collision(clients, moto):
     backups = ddb.describe_continuous_backups(TableName="Stack-Table")["ContinuousBackupsDescription"]
     assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
     assert ddb.list_tags_of_resource(ResourceArn=made.attributes["Arn"])["Tags"] == [{"Key": "a", "Value": "1"}]
+
+
+@pytest.mark.integration
+def test_function_and_permission(clients, moto):
+    iam = moto("iam")
+    role = iam.create_role(RoleName="fn-role", AssumeRolePolicyDocument=json.dumps(TRUST))["Role"]["Arn"]
+    p = DEPLOY_REGISTRY["AWS::Lambda::Function"]
+    code = {"ZipFile": "def handler(e, c):\n    return 1\n"}
+    props = {"Code": code, "Handler": "index.handler", "Runtime": "python3.12", "Role": role}
+    made = p.create(clients, "Fn", "AWS::Lambda::Function", props, TARGET)
+    assert made.physical_id == "Stack-Fn"
+    assert made.attributes == {"Arn": f"arn:aws:lambda:us-east-1:{A1}:function:Stack-Fn", "FunctionName": "Stack-Fn"}
+    with pytest.raises(ProviderError) as caught:
+        p.create(clients, "Fn", "AWS::Lambda::Function", props, TARGET)
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+    p.update(clients, ref("AWS::Lambda::Function", "Stack-Fn", props), dict(props, Timeout=30, Description="d"), TARGET)
+    conf = moto("lambda").get_function(FunctionName="Stack-Fn")["Configuration"]
+    assert conf["Timeout"] == 30 and conf["Description"] == "d"
+
+    perms = DEPLOY_REGISTRY["AWS::Lambda::Permission"]
+    pprops = {"FunctionName": "Stack-Fn", "Action": "lambda:InvokeFunction", "Principal": "sns.amazonaws.com"}
+    perm = perms.create(clients, "Fn.Invoke-Perm", "AWS::Lambda::Permission", pprops, TARGET)
+    assert perm.physical_id == "FnInvoke-Perm" and perm.attributes == {"Id": "FnInvoke-Perm"}
+    policy = json.loads(moto("lambda").get_policy(FunctionName="Stack-Fn")["Policy"])
+    assert [s["Sid"] for s in policy["Statement"]] == ["FnInvoke-Perm"]

@@ -446,3 +446,59 @@ def test_a_consumer_records_the_import_it_resolved(aws, bucket):
     ]
     assert record["exportNames"] == [] and record["outputs"] == {}
     assert Moto(aws)("ssm").get_parameter(Name="/Consumer-Reader")["Parameter"]["Value"] == topic
+
+
+def test_it_deploys_a_function_with_its_role_and_permission(aws, bucket):
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    template = golden_template()
+    template["Resources"]["FnRole"] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": trust}}
+    template["Resources"]["Fn"] = {
+        "Type": "AWS::Lambda::Function",
+        "Properties": {
+            "Code": {"ZipFile": "def handler(e, c):\n    return 1\n"},
+            "Handler": "index.handler",
+            "Runtime": "python3.12",
+            "Role": {"Fn::GetAtt": ["FnRole", "Arn"]},
+        },
+        "DependsOn": ["FnRole"],
+    }
+    template["Resources"]["FnInvoke"] = {
+        "Type": "AWS::Lambda::Permission",
+        "Properties": {
+            "FunctionName": {"Fn::GetAtt": ["Fn", "Arn"]},
+            "Action": "lambda:InvokeFunction",
+            "Principal": "sns.amazonaws.com",
+            "SourceArn": {"Ref": "TopicBFC7AF6E"},
+        },
+    }
+    deployer().deploy(context(bucket), template, account=ACCOUNT)
+    _, record = stored(aws)
+    fn = record["resources"]["Fn"]
+    assert fn["physicalId"] == "GoldenCdkStack-Fn" and fn["dependencies"] == ["FnRole"]
+    assert fn["properties"]["Role"] == record["resources"]["FnRole"]["attributes"]["Arn"]
+    assert fn["properties"]["Code"] == {"ZipFile": "def handler(e, c):\n    return 1\n"}  # the template's bag
+    perm = record["resources"]["FnInvoke"]
+    assert perm["physicalId"] == "FnInvoke" and perm["dependencies"] == ["Fn", "TopicBFC7AF6E"]
+    lam = Moto(aws)("lambda")
+    assert lam.get_function(FunctionName="GoldenCdkStack-Fn")["Configuration"]["Role"].endswith(
+        "/GoldenCdkStack-FnRole"
+    )
+    assert [s["Sid"] for s in json.loads(lam.get_policy(FunctionName="GoldenCdkStack-Fn")["Policy"])["Statement"]] == [
+        "FnInvoke"
+    ]
+
+
+def test_iam_propagation_errors_use_the_dense_schedule():
+    from engine.deploy.run import retry_class
+    from engine.providers.base import ProviderError
+
+    message = "Fn: CreateFunction failed (InvalidParameterValueException): "
+    message += "The role defined for the function cannot be assumed by Lambda."
+    assert retry_class(ProviderError(message)) == "iam"
+    assert retry_class(ProviderError("x", aws_code="ThrottlingException")) == "transient"
+    assert retry_class(ProviderError("x", aws_code="ValidationException")) is None
