@@ -9,6 +9,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from engine.providers import CLOUD_CONTROL, DEPLOY_REGISTRY, REGISTRY, Clients, deploy_provider_for
@@ -430,3 +431,70 @@ def test_function_and_permission(clients, moto):
     assert perm.physical_id == "FnInvoke-Perm" and perm.attributes == {"Id": "FnInvoke-Perm"}
     policy = json.loads(moto("lambda").get_policy(FunctionName="Stack-Fn")["Policy"])
     assert [s["Sid"] for s in policy["Statement"]] == ["FnInvoke-Perm"]
+
+
+@pytest.mark.integration
+def test_kms_key_alias_secret_and_bucket_policy(clients, moto):
+    keys = DEPLOY_REGISTRY["AWS::KMS::Key"]
+    key = keys.create(clients, "Key", "AWS::KMS::Key", {"Description": "k", "EnableKeyRotation": True}, TARGET)
+    assert list(key.attributes) == ["Arn", "KeyId"] and key.attributes["KeyId"] == key.physical_id
+    kms = moto("kms")
+    assert kms.get_key_rotation_status(KeyId=key.physical_id)["KeyRotationEnabled"] is True
+    keys.update(
+        clients,
+        ref("AWS::KMS::Key", key.physical_id, {"Description": "k", "EnableKeyRotation": True}),
+        {"Description": "k2"},
+        TARGET,
+    )
+    assert kms.describe_key(KeyId=key.physical_id)["KeyMetadata"]["Description"] == "k2"
+    assert kms.get_key_rotation_status(KeyId=key.physical_id)["KeyRotationEnabled"] is False
+
+    aliases = DEPLOY_REGISTRY["AWS::KMS::Alias"]
+    alias = aliases.create(
+        clients, "Alias", "AWS::KMS::Alias", {"AliasName": "alias/app", "TargetKeyId": key.physical_id}, TARGET
+    )
+    assert alias.physical_id == "alias/app" and alias.attributes == {}
+    with pytest.raises(ProviderError) as caught:
+        aliases.create(
+            clients, "Alias", "AWS::KMS::Alias", {"AliasName": "alias/app", "TargetKeyId": key.physical_id}, TARGET
+        )
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+
+    secrets = DEPLOY_REGISTRY["AWS::SecretsManager::Secret"]
+    spec = {
+        "GenerateSecretString": {
+            "SecretStringTemplate": '{"user":"app"}',
+            "GenerateStringKey": "password",
+            "PasswordLength": 20,
+        }
+    }
+    secret = secrets.create(clients, "Db/Secret_1", "AWS::SecretsManager::Secret", spec, TARGET)
+    assert secret.attributes == {"Id": secret.physical_id} and ":secret:Stack-Db/Secret_1-" in secret.physical_id
+    value = json.loads(moto("secretsmanager").get_secret_value(SecretId=secret.physical_id)["SecretString"])
+    assert value["user"] == "app" and len(value["password"]) == 20
+    with pytest.raises(ProviderError) as caught:
+        secrets.create(clients, "Db/Secret_1", "AWS::SecretsManager::Secret", spec, TARGET)
+    assert caught.value.aws_code == ALREADY_EXISTS_CODE
+
+    moto("s3").create_bucket(Bucket="pol-bucket")
+    policies = DEPLOY_REGISTRY["AWS::S3::BucketPolicy"]
+    doc = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": "arn:aws:s3:::pol-bucket/*",
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ],
+    }
+    made = policies.create(
+        clients, "Pol", "AWS::S3::BucketPolicy", {"Bucket": "pol-bucket", "PolicyDocument": doc}, TARGET
+    )
+    assert made.physical_id == "pol-bucket" and made.attributes == {}
+    assert json.loads(moto("s3").get_bucket_policy(Bucket="pol-bucket")["Policy"]) == doc
+    policies.delete(clients, ref("AWS::S3::BucketPolicy", "pol-bucket", {}))
+    with pytest.raises(ClientError):
+        moto("s3").get_bucket_policy(Bucket="pol-bucket")
