@@ -384,8 +384,18 @@ def test_it_refuses_before_any_aws_call_what_no_provider_here_creates(aws, bucke
     }
     template["Resources"]["Queue4A7E3555"]["Properties"]["SomethingNew"] = 1
     aws.reset_counts()
+
+    def delete_only_lambda(rtype, provisioned_by=None):
+        from engine.providers import REGISTRY, deploy_provider_for
+
+        class DeleteOnly:  # what destroy alone knows: a provider without create
+            types = ("AWS::Lambda::Function",)
+            delete = REGISTRY["AWS::Lambda::Function"].delete
+
+        return DeleteOnly() if rtype == "AWS::Lambda::Function" else deploy_provider_for(rtype, provisioned_by)
+
     with pytest.raises(OperationRefused) as caught:
-        deployer().deploy(context(bucket), template, account=ACCOUNT)
+        deployer(provider_for=delete_only_lambda).deploy(context(bucket), template, account=ACCOUNT)
     assert "Fn (AWS::Lambda::Function): this engine cannot create or update the type yet" in str(caught.value)
     assert "Queue4A7E3555 (AWS::SQS::Queue): properties SomethingNew are not handled" in str(caught.value)
     assert aws.etag(ACCOUNT, BUCKET, STATE) is None
