@@ -196,3 +196,36 @@ def test_finish_rollback_keeps_the_journal_when_a_revert_fails(aws, bucket):  # 
     # a second run with working deletes finishes the job
     again = finish_rollback(context(bucket, op="op-rollback-3"), account=ACCOUNT)
     assert again.result == "clean" and again.report.already and live(aws) == ([], [])
+
+
+def test_an_automatic_rollback_reverses_a_replacement(aws, bucket):  # noqa: F811
+    template = {
+        "Resources": {
+            "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "old-q", "VisibilityTimeout": 40}},
+            FAILING: {"Type": "AWS::SSM::Parameter", "Properties": {"Type": "String", "Value": "v1"}},
+        }
+    }
+    deployer().deploy(context(bucket), template, account=ACCOUNT)
+    before = json.loads(aws.get(ACCOUNT, BUCKET, STATE))["resources"]
+    template["Resources"]["Queue"]["Properties"]["QueueName"] = "new-q"  # a replacement
+    template["Resources"][FAILING]["Properties"]["Value"] = "v2"
+
+    class FailUpdate(Failing):
+        def update(self, clients, ref, properties, target):
+            if ref.logical_id == FAILING:
+                raise ProviderError("PutParameter failed (ValidationException)", aws_code="ValidationException")
+            return self.inner.update(clients, ref, properties, target)
+
+    with pytest.raises(DeployFailed) as caught:
+        deployer(provider_for=lambda t, p=None: FailUpdate(deploy_provider_for(t, p))).deploy(
+            context(bucket), template, account=ACCOUNT, concurrency=2
+        )
+    result = caught.value.result
+    assert result.replaced == ["Queue"]
+    assert result.rollback["reverted"] == ["Queue"] and result.rollback["failures"] == []
+    assert any("reverse-replacement" in w for w in result.rollback["warnings"])
+    after = json.loads(aws.get(ACCOUNT, BUCKET, STATE))["resources"]
+    assert after["Queue"]["physicalId"] == before["Queue"]["physicalId"]
+    assert after["Queue"]["properties"] == {"QueueName": "old-q", "VisibilityTimeout": 40}
+    queues, _ = live(aws)
+    assert [q.rsplit("/", 1)[-1] for q in queues] == ["old-q"]
