@@ -191,3 +191,13 @@ def test_a_replacement_whose_name_is_still_held_fails_with_cdkds_code(aws, bucke
     assert segment["operations"] == [] and failed["logicalId"] == "Q000"
     # it met a resource that is not its own: no attempted properties (seed 000)
     assert "attemptedProperties" not in failed and failed["previousState"] == before["resources"]["Q000"]
+
+
+def test_it_holds_cdkds_lock_with_operation_deploy_and_releases_it(aws, bucket):  # noqa: F811
+    lock_key = STATE.replace("state.json", "lock.json")
+    seen: list[dict] = []
+    fake = Fake()
+    fake.on_create = lambda lid: seen.append(json.loads(aws.get(ACCOUNT, BUCKET, lock_key)))
+    run(bucket, fake, queues(1))
+    assert seen[0]["operation"] == "deploy" and seen[0]["owner"].startswith("cdkd-admin:alice@")
+    assert aws.etag(ACCOUNT, BUCKET, lock_key) is None  # released
