@@ -11,6 +11,8 @@ Adding a type is one small module in this package that defines `PROVIDERS` (inst
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.providers import dynamodb, iam, kms, lambda_, logs, s3, secretsmanager, sns, sqs, ssm
 from engine.providers.base import (
     DELETED,
@@ -44,6 +46,35 @@ REGISTRY: dict[str, Provider] = _registry()
 SDK_TYPES: frozenset[str] = frozenset(REGISTRY)
 
 
+def _deploy_registry() -> dict[str, Any]:
+    """The types whose provider creates and updates (a provider with `create`), plus the
+    deploy-only providers (queue and topic policies) that destroy's registry leaves out so
+    destroy keeps routing them as before."""
+    registry = {t: p for t, p in REGISTRY.items() if hasattr(p, "create")}
+    for module in _MODULES:
+        for provider in getattr(module, "DEPLOY_ONLY", ()):
+            for resource_type in provider.types:
+                registry[resource_type] = provider
+    return registry
+
+
+DEPLOY_REGISTRY: dict[str, Any] = _deploy_registry()
+
+
+def deploy_provider_for(resource_type: str, provisioned_by: str | None = None) -> Any:
+    """The provider a deploy uses for a type (cdkd's routing, reference 5.2): a recorded
+    `cc-api` row sticks to Cloud Control where it can; otherwise the SDK provider (for the
+    types destroy alone knows, one that can only delete: the run refuses to create or update
+    those before any AWS call); a type without one goes through Cloud Control. None when
+    neither can take it."""
+    if provisioned_by == "cc-api" and cloud_control_can_delete(resource_type):
+        return CLOUD_CONTROL
+    sdk = DEPLOY_REGISTRY.get(resource_type) or REGISTRY.get(resource_type)  # delete-only types too
+    if sdk is not None:
+        return sdk
+    return CLOUD_CONTROL if cloud_control_can_delete(resource_type) else None
+
+
 def provider_for(ref: ResourceRef) -> Provider:
     """The provider that deletes this row: Cloud Control for cc-api rows (where it can) and
     for every type without an SDK provider; otherwise the SDK provider of the type."""
@@ -60,6 +91,7 @@ def delete_resource(clients: Clients, ref: ResourceRef, *, snapshot: bool = Fals
 
 __all__ = [
     "CLOUD_CONTROL",
+    "DEPLOY_REGISTRY",
     "DELETED",
     "NOT_FOUND",
     "REGISTRY",
@@ -73,5 +105,6 @@ __all__ = [
     "SdkProvider",
     "Skip",
     "delete_resource",
+    "deploy_provider_for",
     "provider_for",
 ]

@@ -8,13 +8,15 @@ is made, the row is kept) or `ProviderError` when AWS refused or failed the dele
 `SdkProvider` is the base of the per-service providers: it applies the checks every row
 gets (a usable physical id, a redacted address, a snapshot the type cannot take) and maps
 botocore errors to the outcomes above, so a service module only says which calls to make.
-Later, `create`/`update`/`read` join `delete` on the same classes (reference:
-deploy-engine.md §5.1), which is why the provider is an object with per-type state rather
-than a function.
+`create`/`update`/`read`/`get_attribute` join `delete` on the same classes for the types
+the deploy engine provisions (reference: deploy-engine.md §5.1, `DeployProvider`); their
+AWS failures come out as `ProviderError` too, with AWS's code in `aws_code` so the runner
+can tell throttling (retry) and "already exists" (a name collision) from the rest.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -79,6 +81,51 @@ class Provider(Protocol):
     supports_snapshot: bool
 
     def delete(self, clients: Clients, ref: ResourceRef, *, snapshot: bool = False) -> str: ...
+
+
+@dataclass(frozen=True)
+class DeployTarget:
+    """Where a create runs: the stack (for generated names), its region and account."""
+
+    stack_name: str
+    region: str
+    account_id: str
+    partition: str = "aws"
+
+
+@dataclass
+class CreateResult:
+    physical_id: str
+    attributes: dict[str, Any] | None = None  # what cdkd records (reference 5.7); None: key omitted
+
+
+@dataclass
+class UpdateResult:
+    physical_id: str
+    attributes: dict[str, Any] | None = None  # None: the previous attributes are carried over
+
+
+class UpdateNeedsReplacement(EngineError):
+    """The provider cannot change this property in place (cdkd's ResourceUpdateNotSupportedError)."""
+
+
+class DeployProvider(Protocol):
+    """The deploy half of the contract (reference 5.1), beside `delete`: `handled` names the
+    top-level properties the provider writes; a property outside it is never silently
+    dropped (the runner refuses it before any AWS call)."""
+
+    types: tuple[str, ...]
+    handled: ClassVar[frozenset[str]]
+
+    def create(
+        self, clients: Clients, logical_id: str, resource_type: str, properties: dict, target: DeployTarget
+    ) -> CreateResult: ...
+
+    def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult: ...
+
+    def read(self, clients: Clients, ref: ResourceRef) -> dict | None: ...
+
+    def get_attribute(self, clients: Clients, ref: ResourceRef, name: str) -> Any: ...
 
 
 class Clients:
@@ -219,3 +266,77 @@ class SdkProvider:
 
     def _delete(self, clients: Clients, ref: ResourceRef, physical_id: str, snapshot: bool) -> str:
         raise NotImplementedError
+
+
+# -- the deploy half -----------------------------------------------------------------------
+
+ALREADY_EXISTS_CODE = "AlreadyExists"  # what a provider's own pre-check says, in cdkd's words
+
+
+def already_exists(ref_or_id: ResourceRef | str, resource_type: str, name: str) -> ProviderError:
+    """A create that found its name taken: it fails loudly and never adopts."""
+    who = ref_or_id.logical_id if isinstance(ref_or_id, ResourceRef) else ref_or_id
+    return ProviderError(
+        f"{who} ({resource_type} {name}): a resource named {name} already exists and this stack's record does "
+        f"not hold it; refusing to adopt it (delete or rename it, or import it with cdkd import)",
+        aws_code=ALREADY_EXISTS_CODE,
+    )
+
+
+class DeployCalls:
+    """Mixin for SDK providers that also create/update: `_guarded` maps botocore errors of
+    a create/update/read to ProviderError naming the resource, the action and AWS's code."""
+
+    handled: ClassVar[frozenset[str]] = frozenset()
+
+    @staticmethod
+    def _guarded(logical_id: str, resource_type: str, name: str, action: str, call: Any, *args: Any, **kw: Any) -> Any:
+        try:
+            return call(*args, **kw)
+        except ProviderError:
+            raise
+        except ClientError as exc:
+            target = ResourceRef(logical_id=logical_id, resource_type=resource_type, physical_id=name)
+            raise provider_error(target, action, exc) from None
+        except BotoCoreError as exc:
+            raise ProviderError(f"{logical_id} ({resource_type} {name}): {action} failed: {exc}") from None
+
+    def get_attribute(self, clients: Clients, ref: ResourceRef, name: str) -> Any:
+        """A live attribute; None for an unknown name or a resource that is gone (never raises)."""
+        try:
+            return self._attributes(clients, ref).get(name)
+        except (ClientError, BotoCoreError, ProviderError, Skip):
+            return None
+
+    def _attributes(self, clients: Clients, ref: ResourceRef) -> dict[str, Any]:
+        return dict(ref.attributes)
+
+
+def tag_map(tags: Any) -> dict[str, str]:
+    """CloudFormation's `[{Key, Value}]` (or an SSM-style map) as a dict of strings."""
+    if isinstance(tags, dict):
+        items = list(tags.items())
+    elif isinstance(tags, list):
+        items = [(t.get("Key"), t.get("Value")) for t in tags if isinstance(t, dict)]
+    else:
+        items = []
+    return {str(k): "" if v is None else str(v) for k, v in items if isinstance(k, str) and k}
+
+
+def tag_delta(old: Any, new: Any) -> tuple[dict[str, str], list[str]]:
+    """(tags to set, keys to remove) between two Tags values."""
+    before, after = tag_map(old), tag_map(new)
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    removed = [k for k in before if k not in after]
+    return changed, removed
+
+
+def js_scalar(value: Any) -> str:
+    """An attribute value as the string AWS's string-typed attribute APIs take (JS String())."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)

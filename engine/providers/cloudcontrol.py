@@ -19,6 +19,7 @@ with a reason and no AWS call: cdkd Admin has no provider that could delete them
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -30,9 +31,12 @@ from engine.providers.base import (
     DELETED,
     NOT_FOUND,
     Clients,
+    CreateResult,
+    DeployTarget,
     ProviderError,
     ResourceRef,
     Skip,
+    UpdateResult,
     describe,
     error_code,
     provider_error,
@@ -163,6 +167,125 @@ class CloudControlProvider:
             self.sleep(delay)
             delay = min(delay * self.backoff, self.max_interval)
         raise AssertionError("unreachable")
+
+    # -- deploy (reference 5.3) ----------------------------------------------------------
+
+    def create(
+        self, clients: Clients, logical_id: str, resource_type: str, properties: dict, target: DeployTarget
+    ) -> CreateResult:
+        """CreateResource with the property bag (null values stripped), polled to the end;
+        the physical id is the event's Identifier, the attributes the resource model."""
+        ref = ResourceRef(logical_id, resource_type, None, region=target.region, account_id=target.account_id)
+        desired = {k: v for k, v in properties.items() if v is not None}
+        cc = clients("cloudcontrol", target.region)
+        try:
+            event = self._call(cc.create_resource, TypeName=resource_type, DesiredState=json.dumps(desired))[
+                "ProgressEvent"
+            ]
+        except (ClientError, BotoCoreError) as exc:
+            raise provider_error(ref, "cloudcontrol:CreateResource", exc) from None
+        final = self._settle(cc, ref, event, "create")
+        identifier = final.get("Identifier")
+        if not identifier:
+            raise ProviderError(f"{describe(ref)}: Cloud Control create succeeded without an identifier")
+        model = _model(final.get("ResourceModel"))
+        if not model:
+            model = self._model(cc, resource_type, identifier) or {}
+        return CreateResult(identifier, model)
+
+    def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
+        """UpdateResource with an RFC 6902 patch of the top-level keys (add / replace /
+        remove); an empty patch makes no call."""
+        physical_id = require_physical_id(ref)
+        patch = patch_document(ref.properties, properties)
+        if not patch:
+            return UpdateResult(physical_id, None)
+        cc = clients("cloudcontrol", ref.region)
+        try:
+            event = self._call(
+                cc.update_resource,
+                TypeName=ref.resource_type,
+                Identifier=physical_id,
+                PatchDocument=json.dumps(patch),
+            )["ProgressEvent"]
+        except (ClientError, BotoCoreError) as exc:
+            raise provider_error(ref, "cloudcontrol:UpdateResource", exc) from None
+        final = self._settle(cc, ref, event, "update")
+        model = _model(final.get("ResourceModel"))
+        return UpdateResult(physical_id, model or None)
+
+    def read(self, clients: Clients, ref: ResourceRef) -> dict | None:
+        physical_id = require_physical_id(ref)
+        try:
+            return self._model(clients("cloudcontrol", ref.region), ref.resource_type, physical_id)
+        except (ClientError, BotoCoreError):
+            return None
+
+    def get_attribute(self, clients: Clients, ref: ResourceRef, name: str) -> Any:
+        try:
+            model = self.read(clients, ref) or {}
+        except Skip:
+            return None
+        return model.get(name)
+
+    def _model(self, cc: Any, type_name: str, identifier: str) -> dict | None:
+        answer = self._call(cc.get_resource, TypeName=type_name, Identifier=identifier)
+        return _model(answer.get("ResourceDescription", {}).get("Properties"))
+
+    def _settle(self, cc: Any, ref: ResourceRef, event: dict, verb: str) -> dict:
+        token = event.get("RequestToken", "")
+        deadline = self.clock() + self.timeout
+        interval = self.poll_interval
+        while True:
+            status = event.get("OperationStatus")
+            if status == "SUCCESS":
+                return event
+            if status in ("FAILED", "CANCEL_COMPLETE"):
+                raise ProviderError(
+                    f"{describe(ref)}: Cloud Control {verb} {status} ({event.get('ErrorCode') or 'no error code'}): "
+                    f"{event.get('StatusMessage') or 'no status message'} (request token {token})",
+                    aws_code=event.get("ErrorCode"),
+                )
+            if self.clock() >= deadline:
+                raise ProviderError(
+                    f"{describe(ref)}: Cloud Control {verb} still {status} after {self.timeout:.0f}s "
+                    f"(request token {token})"
+                )
+            self.sleep(interval)
+            interval = min(interval * self.backoff, self.max_interval)
+            try:
+                event = self._call(cc.get_resource_request_status, RequestToken=token)["ProgressEvent"]
+            except (ClientError, BotoCoreError) as exc:
+                raise provider_error(ref, "cloudcontrol:GetResourceRequestStatus", exc) from None
+
+
+def _model(raw: Any) -> dict:
+    if not isinstance(raw, str) or not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def patch_document(old: dict, new: dict) -> list[dict[str, Any]]:
+    """cdkd's json-patch-generator over top-level keys: add new keys, replace changed ones,
+    remove dropped ones (in that order of the keys as they appear)."""
+    ops: list[dict[str, Any]] = []
+
+    def pointer(key: str) -> str:
+        return "/" + key.replace("~", "~0").replace("/", "~1")
+
+    for key, value in new.items():
+        if key not in old:
+            ops.append({"op": "add", "path": pointer(key), "value": value})
+        elif old[key] != value:
+            ops.append({"op": "replace", "path": pointer(key), "value": value})
+    for key in old:
+        if key not in new:
+            ops.append({"op": "remove", "path": pointer(key)})
+    return ops
 
 
 PROVIDER = CloudControlProvider()

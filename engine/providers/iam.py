@@ -16,23 +16,35 @@ IAM refuses to delete a role or managed policy that something still hangs on
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
+from engine.deploy.names import physical_name
 from engine.providers.base import (
     COMPOSITE_ID_SKIP_REASON,
     DELETED,
     IAM_NAME,
     NOT_FOUND,
     Clients,
+    CreateResult,
+    DeployCalls,
+    DeployTarget,
     NotFoundGone,
+    ProviderError,
     ResourceRef,
     SdkProvider,
     Skip,
+    UpdateResult,
+    already_exists,
     error_code,
     is_redacted,
     parse_arn,
+    provider_error,
+    tag_delta,
+    tag_map,
 )
 
 NO_SUCH_ENTITY = frozenset({"NoSuchEntity", "NoSuchEntityException"})
@@ -71,8 +83,52 @@ def role_name(physical_id: str) -> str:
     return physical_id
 
 
-class RoleProvider(SdkProvider):
-    types = ("AWS::IAM::Role",)
+ROLE = "AWS::IAM::Role"
+POLICY = "AWS::IAM::Policy"
+
+
+def _doc(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _decoded(value: Any) -> Any:
+    """IAM answers policy documents URL-encoded (boto3 decodes most of them to a dict)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(unquote(value))
+        except ValueError:
+            return value
+    return value
+
+
+def _inline(policies: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for entry in policies if isinstance(policies, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("PolicyName"), str):
+            out[entry["PolicyName"]] = entry.get("PolicyDocument")
+    return out
+
+
+class RoleProvider(SdkProvider, DeployCalls):
+    """Delete as before; deploy (reference 5.7): the role name is the physical id (Pattern B:
+    a supplied RoleName is sanitized, no stack prefix), attributes `Arn` and `RoleId`; inline
+    `Policies` and `ManagedPolicyArns` are applied after CreateRole, and a failure there
+    deletes the role again (the engine would never learn its id)."""
+
+    types = (ROLE,)
+    handled = frozenset(
+        {
+            "RoleName",
+            "AssumeRolePolicyDocument",
+            "Description",
+            "ManagedPolicyArns",
+            "MaxSessionDuration",
+            "Path",
+            "PermissionsBoundary",
+            "Policies",
+            "Tags",
+        }
+    )
     not_found_codes = NO_SUCH_ENTITY
     action = "DeleteRole"
 
@@ -91,6 +147,132 @@ class RoleProvider(SdkProvider):
         iam.delete_role(RoleName=name)
         return DELETED
 
+    def create(
+        self, clients: Clients, logical_id: str, resource_type: str, properties: dict, target: DeployTarget
+    ) -> CreateResult:
+        name = physical_name(ROLE, logical_id, properties, stack_name=target.stack_name)
+        iam = clients("iam", IAM_REGION)
+        params: dict[str, Any] = {
+            "RoleName": name,
+            "AssumeRolePolicyDocument": _doc(properties.get("AssumeRolePolicyDocument")),
+        }
+        for key in ("Path", "Description", "MaxSessionDuration", "PermissionsBoundary"):
+            if key in properties:
+                params[key] = properties[key]
+        tags = tag_map(properties.get("Tags"))
+        if tags:
+            params["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
+        try:
+            role = iam.create_role(**params)["Role"]
+        except ClientError as exc:
+            if error_code(exc) == "EntityAlreadyExists":
+                raise already_exists(logical_id, resource_type, name) from None
+            raise provider_error(ResourceRef(logical_id, ROLE, name), "CreateRole", exc) from None
+        try:
+            for policy_name, document in _inline(properties.get("Policies")).items():
+                iam.put_role_policy(RoleName=name, PolicyName=policy_name, PolicyDocument=_doc(document))
+            for arn in properties.get("ManagedPolicyArns") or []:
+                iam.attach_role_policy(RoleName=name, PolicyArn=arn)
+        except ClientError as exc:
+            self.delete(clients, ResourceRef(logical_id, ROLE, name, region=target.region))
+            raise provider_error(ResourceRef(logical_id, ROLE, name), "PutRolePolicy/AttachRolePolicy", exc) from None
+        return CreateResult(name, {"Arn": role["Arn"], "RoleId": role["RoleId"]})
+
+    def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
+        name = role_name(ref.physical_id or "")
+        iam = clients("iam", IAM_REGION)
+        old = ref.properties
+        lid = ref.logical_id
+
+        def call(action: str, fn: Any, **kw: Any) -> Any:
+            return self._guarded(lid, ROLE, name, action, fn, **kw)
+
+        if old.get("AssumeRolePolicyDocument") != properties.get("AssumeRolePolicyDocument"):
+            call(
+                "UpdateAssumeRolePolicy",
+                iam.update_assume_role_policy,
+                RoleName=name,
+                PolicyDocument=_doc(properties.get("AssumeRolePolicyDocument")),
+            )
+        if old.get("Description") != properties.get("Description") or old.get("MaxSessionDuration") != properties.get(
+            "MaxSessionDuration"
+        ):
+            call(
+                "UpdateRole",
+                iam.update_role,
+                RoleName=name,
+                Description=properties.get("Description", ""),
+                MaxSessionDuration=int(properties.get("MaxSessionDuration", 3600)),
+            )
+        if old.get("PermissionsBoundary") != properties.get("PermissionsBoundary"):
+            if properties.get("PermissionsBoundary"):
+                call(
+                    "PutRolePermissionsBoundary",
+                    iam.put_role_permissions_boundary,
+                    RoleName=name,
+                    PermissionsBoundary=properties["PermissionsBoundary"],
+                )
+            else:
+                call("DeleteRolePermissionsBoundary", iam.delete_role_permissions_boundary, RoleName=name)
+        before, after = _inline(old.get("Policies")), _inline(properties.get("Policies"))
+        for policy_name, document in after.items():
+            if before.get(policy_name) != document or policy_name not in before:
+                call(
+                    "PutRolePolicy",
+                    iam.put_role_policy,
+                    RoleName=name,
+                    PolicyName=policy_name,
+                    PolicyDocument=_doc(document),
+                )
+        for policy_name in before:
+            if policy_name not in after:
+                _ignore_missing(iam.delete_role_policy, RoleName=name, PolicyName=policy_name)
+        old_arns, new_arns = list(old.get("ManagedPolicyArns") or []), list(properties.get("ManagedPolicyArns") or [])
+        for arn in new_arns:
+            if arn not in old_arns:
+                call("AttachRolePolicy", iam.attach_role_policy, RoleName=name, PolicyArn=arn)
+        for arn in old_arns:
+            if arn not in new_arns:
+                _ignore_missing(iam.detach_role_policy, RoleName=name, PolicyArn=arn)
+        add, remove = tag_delta(old.get("Tags"), properties.get("Tags"))
+        if remove:
+            call("UntagRole", iam.untag_role, RoleName=name, TagKeys=remove)
+        if add:
+            call("TagRole", iam.tag_role, RoleName=name, Tags=[{"Key": k, "Value": v} for k, v in add.items()])
+        role = call("GetRole", iam.get_role, RoleName=name)["Role"]
+        return UpdateResult(name, {"Arn": role["Arn"], "RoleId": role["RoleId"]})
+
+    def read(self, clients: Clients, ref: ResourceRef) -> dict | None:
+        name = role_name(ref.physical_id or "")
+        iam = clients("iam", IAM_REGION)
+        try:
+            role = iam.get_role(RoleName=name)["Role"]
+            attached = _pages(iam.list_attached_role_policies, "AttachedPolicies", RoleName=name)
+            inline = _pages(iam.list_role_policies, "PolicyNames", RoleName=name)
+            policies = [
+                {
+                    "PolicyName": n,
+                    "PolicyDocument": _decoded(iam.get_role_policy(RoleName=name, PolicyName=n)["PolicyDocument"]),
+                }
+                for n in inline
+            ]
+        except ClientError:
+            return None
+        return {
+            "RoleName": name,
+            "AssumeRolePolicyDocument": _decoded(role.get("AssumeRolePolicyDocument")),
+            "Description": role.get("Description", ""),
+            "MaxSessionDuration": role.get("MaxSessionDuration", 3600),
+            "Path": role.get("Path", "/"),
+            "ManagedPolicyArns": [p["PolicyArn"] for p in attached],
+            "Policies": policies,
+            "Tags": [{"Key": t["Key"], "Value": t["Value"]} for t in role.get("Tags", [])],
+        }
+
+    def _attributes(self, clients: Clients, ref: ResourceRef) -> dict[str, Any]:
+        role = clients("iam", IAM_REGION).get_role(RoleName=role_name(ref.physical_id or ""))["Role"]
+        return {"Arn": role["Arn"], "RoleId": role["RoleId"]}
+
 
 PRINCIPALS = (
     ("Roles", "delete_role_policy", "RoleName"),
@@ -99,8 +281,20 @@ PRINCIPALS = (
 )
 
 
-class PolicyProvider(SdkProvider):
-    types = ("AWS::IAM::Policy",)
+PUT_POLICY = {
+    "Roles": ("put_role_policy", "RoleName"),
+    "Users": ("put_user_policy", "UserName"),
+    "Groups": ("put_group_policy", "GroupName"),
+}
+
+
+class PolicyProvider(SdkProvider, DeployCalls):
+    """Delete as before; deploy (reference 5.7): the physical id is the policy name
+    (`PolicyName`, else generated, max 64), recorded attribute `PolicyName`;
+    PutRolePolicy / PutUserPolicy / PutGroupPolicy for each principal, at least one."""
+
+    types = (POLICY,)
+    handled = frozenset({"PolicyName", "PolicyDocument", "Roles", "Users", "Groups"})
     not_found_codes = NO_SUCH_ENTITY
     action = "DeleteRolePolicy/DeleteUserPolicy/DeleteGroupPolicy"
 
@@ -112,6 +306,58 @@ class PolicyProvider(SdkProvider):
         for method, param, principal in targets:
             removed |= _ignore_missing(getattr(iam, method), **{param: principal, "PolicyName": name})
         return DELETED if removed else NOT_FOUND
+
+    def _put_all(self, clients: Clients, lid: str, name: str, properties: dict) -> None:
+        iam = clients("iam", IAM_REGION)
+        document = _doc(properties.get("PolicyDocument"))
+        count = 0
+        for prop, (method, param) in PUT_POLICY.items():
+            for principal in properties.get(prop) or []:
+                self._guarded(
+                    lid,
+                    POLICY,
+                    name,
+                    method,
+                    getattr(iam, method),
+                    **{param: principal, "PolicyName": name, "PolicyDocument": document},
+                )
+                count += 1
+        if not count:
+            raise ProviderError(f"{lid} ({POLICY} {name}): at least one of Roles, Users or Groups is required")
+
+    def create(
+        self, clients: Clients, logical_id: str, resource_type: str, properties: dict, target: DeployTarget
+    ) -> CreateResult:
+        name = physical_name(POLICY, logical_id, properties, stack_name=target.stack_name)
+        self._put_all(clients, logical_id, name, properties)
+        return CreateResult(name, {"PolicyName": name})
+
+    def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
+        name = ref.physical_id or ""
+        self._put_all(clients, ref.logical_id, name, properties)
+        iam = clients("iam", IAM_REGION)
+        for prop, method, param in PRINCIPALS:
+            kept = set(properties.get(prop) or [])
+            for principal in ref.properties.get(prop) or []:
+                if principal not in kept:
+                    _ignore_missing(getattr(iam, method), **{param: principal, "PolicyName": name})
+        return UpdateResult(name, {"PolicyName": name})
+
+    def read(self, clients: Clients, ref: ResourceRef) -> dict | None:
+        name = ref.physical_id or ""
+        iam = clients("iam", IAM_REGION)
+        roles = [r for r in ref.properties.get("Roles") or [] if isinstance(r, str)]
+        if not roles:
+            return None
+        try:
+            doc = iam.get_role_policy(RoleName=roles[0], PolicyName=name)["PolicyDocument"]
+        except ClientError:
+            return None
+        out: dict[str, Any] = {"PolicyName": name, "PolicyDocument": _decoded(doc)}
+        for prop in ("Roles", "Users", "Groups"):
+            if prop in ref.properties:
+                out[prop] = ref.properties[prop]
+        return out
 
     @staticmethod
     def _policy_name(ref: ResourceRef, physical_id: str) -> str:
@@ -151,8 +397,21 @@ class PolicyProvider(SdkProvider):
         return targets
 
 
-class ManagedPolicyProvider(SdkProvider):
-    types = ("AWS::IAM::ManagedPolicy",)
+MANAGED = "AWS::IAM::ManagedPolicy"
+ATTACH = {
+    "Roles": ("attach_role_policy", "detach_role_policy", "RoleName"),
+    "Users": ("attach_user_policy", "detach_user_policy", "UserName"),
+    "Groups": ("attach_group_policy", "detach_group_policy", "GroupName"),
+}
+
+
+class ManagedPolicyProvider(SdkProvider, DeployCalls):
+    """Delete as before; deploy (reference 5.7): the ARN is the physical id (Pattern B name,
+    max 128), attribute `PolicyArn`; a new document is a new default version (the oldest
+    non-default one is deleted when IAM's five are used); attachments are diffed."""
+
+    types = (MANAGED,)
+    handled = frozenset({"ManagedPolicyName", "PolicyDocument", "Path", "Description", "Roles", "Users", "Groups"})
     not_found_codes = NO_SUCH_ENTITY
     action = "DeletePolicy"
 
@@ -186,6 +445,80 @@ class ManagedPolicyProvider(SdkProvider):
                 _ignore_missing(iam.delete_policy_version, PolicyArn=physical_id, VersionId=version["VersionId"])
         iam.delete_policy(PolicyArn=physical_id)
         return DELETED
+
+    def create(
+        self, clients: Clients, logical_id: str, resource_type: str, properties: dict, target: DeployTarget
+    ) -> CreateResult:
+        name = physical_name(MANAGED, logical_id, properties, stack_name=target.stack_name)
+        iam = clients("iam", IAM_REGION)
+        params: dict[str, Any] = {"PolicyName": name, "PolicyDocument": _doc(properties.get("PolicyDocument"))}
+        for key in ("Path", "Description"):
+            if isinstance(properties.get(key), str):
+                params[key] = properties[key]
+        try:
+            arn = iam.create_policy(**params)["Policy"]["Arn"]
+        except ClientError as exc:
+            if error_code(exc) == "EntityAlreadyExists":
+                raise already_exists(logical_id, resource_type, name) from None
+            raise provider_error(ResourceRef(logical_id, MANAGED, name), "CreatePolicy", exc) from None
+        try:
+            self._attach(iam, logical_id, arn, {}, properties)
+        except ProviderError:
+            self.delete(clients, ResourceRef(logical_id, MANAGED, arn, region=target.region))
+            raise
+        return CreateResult(arn, {"PolicyArn": arn})
+
+    def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
+        arn = ref.physical_id or ""
+        iam = clients("iam", IAM_REGION)
+        if ref.properties.get("PolicyDocument") != properties.get("PolicyDocument"):
+            versions = _pages(iam.list_policy_versions, "Versions", PolicyArn=arn)
+            if len(versions) >= 5:
+                oldest = min((v for v in versions if not v.get("IsDefaultVersion")), key=lambda v: v["CreateDate"])
+                _ignore_missing(iam.delete_policy_version, PolicyArn=arn, VersionId=oldest["VersionId"])
+            self._guarded(
+                ref.logical_id,
+                MANAGED,
+                arn,
+                "CreatePolicyVersion",
+                iam.create_policy_version,
+                PolicyArn=arn,
+                PolicyDocument=_doc(properties.get("PolicyDocument")),
+                SetAsDefault=True,
+            )
+        self._attach(iam, ref.logical_id, arn, ref.properties, properties)
+        return UpdateResult(arn, {"PolicyArn": arn})
+
+    def _attach(self, iam: Any, lid: str, arn: str, old: dict, new: dict) -> None:
+        for prop, (attach, detach, param) in ATTACH.items():
+            before, after = list(old.get(prop) or []), list(new.get(prop) or [])
+            for principal in after:
+                if principal not in before:
+                    self._guarded(
+                        lid, MANAGED, arn, attach, getattr(iam, attach), **{param: principal, "PolicyArn": arn}
+                    )
+            for principal in before:
+                if principal not in after:
+                    _ignore_missing(getattr(iam, detach), **{param: principal, "PolicyArn": arn})
+
+    def read(self, clients: Clients, ref: ResourceRef) -> dict | None:
+        arn = ref.physical_id or ""
+        iam = clients("iam", IAM_REGION)
+        try:
+            policy = iam.get_policy(PolicyArn=arn)["Policy"]
+            version = iam.get_policy_version(PolicyArn=arn, VersionId=policy["DefaultVersionId"])["PolicyVersion"]
+        except ClientError:
+            return None
+        out: dict[str, Any] = {
+            "ManagedPolicyName": policy["PolicyName"],
+            "PolicyDocument": _decoded(version.get("Document")),
+            "Path": policy.get("Path", "/"),
+            "Description": policy.get("Description", ""),
+        }
+        for prop in ("Roles", "Users", "Groups"):
+            if prop in ref.properties:
+                out[prop] = ref.properties[prop]
+        return out
 
 
 PROVIDERS = (RoleProvider(), PolicyProvider(), ManagedPolicyProvider())
