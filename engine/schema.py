@@ -1013,9 +1013,10 @@ def version_line(was: Any, version: int) -> str:
     return f"writes schema version {version} (was {was}; the lowest version that knows every field it holds)"
 
 
-def dump_state(state: StackState, *, stack_name: str, region: str) -> bytes:
+def dump_state(state: StackState, *, stack_name: str, region: str, version: int | None = None) -> bytes:
     """cdkd's writer: `version` as `write_version` decides (11 for a new record, the
-    record's own for a repair unless its fields need newer), stackName/region stamped from
+    record's own for a repair unless its fields need newer) or as given (a deploy or a
+    rollback writes SUPPORTED_VERSION, as cdkd's saveState does), stackName/region stamped from
     the key, 2-space indent, no trailing newline, unknown fields as read. Raises
     engine.errors.RecordRefused for a record newer than SUPPORTED_VERSION, and for a record
     with any blocking defect."""
@@ -1035,7 +1036,7 @@ def dump_state(state: StackState, *, stack_name: str, region: str) -> bytes:
             f"{defects[0].message}"
         )
     # {...state, version, stackName, region}: keys already held keep their position.
-    body["version"] = write_version(body)
+    body["version"] = write_version(body) if version is None else version
     body["stackName"] = stack_name
     body["region"] = region
     return _to_bytes(js_stringify(body, indent=2))

@@ -39,7 +39,7 @@ from engine.events import DEFAULT_CDKD_VERSION
 from engine.operations import Context, OperationRefused
 from engine.providers import Clients, Skip, deploy_provider_for
 from engine.providers.base import DeployTarget, ProviderError, ResourceRef
-from engine.schema import StackState, dump_state, js_stringify, parse_state
+from engine.schema import SUPPORTED_VERSION, StackState, dump_state, js_stringify, parse_state
 
 JOURNAL_VERSION = 1
 RETAIN = frozenset({"Retain", "RetainExceptOnCreate"})
@@ -429,7 +429,9 @@ def finish_rollback(
             body["resources"] = dict(rows)
             body.pop("skippedOutputs", None)
             body["lastModified"] = _now_ms()
-            raw = dump_state(StackState.model_validate(body), stack_name=ctx.stack, region=region)
+            raw = dump_state(
+                StackState.model_validate(body), stack_name=ctx.stack, region=region, version=SUPPORTED_VERSION
+            )
             try:
                 holder["etag"] = ctx.bucket.put(key, raw, if_match=holder["etag"]).etag
             except PreconditionFailed:

@@ -321,7 +321,9 @@ class _Run:
             if union:
                 record["imports"] = union
         record["lastModified"] = now_ms()
-        return dump_state(StackState.model_validate(record), stack_name=self.ctx.stack, region=self.region)
+        return dump_state(
+            StackState.model_validate(record), stack_name=self.ctx.stack, region=self.region, version=SUPPORTED_VERSION
+        )
 
     def save(self, *, final: bool = False, what: str = "incremental") -> bool:
         """One serialized write: `If-None-Match: *` when no record exists yet, else `If-Match`
