@@ -39,6 +39,15 @@ def _damage(stack: Stack) -> list[dict[str, Any]]:
     return [d for d in (stack.defects or []) if isinstance(d, dict)]
 
 
+def _damaged(damaged: list[dict[str, Any]]) -> str:
+    first = damaged[0]
+    more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+    return (
+        f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}{more}): nothing is destroyed or "
+        f"scrubbed on its strength. Repair it, or orphan the record."
+    )
+
+
 def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bool = False) -> str | None:
     """Why `kind` cannot run on this mirrored record, in one line, or None when it can.
     `lock` is the stack's Lock row when the caller has it (`lock_known`), else it is read."""
@@ -65,16 +74,13 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
         if stack.legacy:
             return "A legacy record (no region in its key) cannot be destroyed here; a cdkd deploy migrates it first."
         if damaged:
-            return (
-                f"The record is damaged ({damaged[0].get('path') or 'root'}: {damaged[0].get('code')}); nothing is "
-                f"destroyed on its strength. Repair it, or orphan it."
-            )
+            return _damaged(damaged)
         return None
     if kind == OperationKind.SCRUB:
         if stack.legacy:
             return "A legacy record (no region in its key) is not scrubbed; a cdkd deploy migrates it first."
         if damaged:
-            return f"The record is damaged ({damaged[0].get('path') or 'root'}: {damaged[0].get('code')}); scrub refuses it."
+            return _damaged(damaged)
         return None
     return None  # restore: the chosen version is checked when it is planned
 
@@ -88,10 +94,28 @@ STACK_PAGE_KINDS = (
 )
 
 
-def stack_actions(user, stack: Stack, *, lock: Lock | None = None, lock_known: bool = True) -> dict[str, Action]:
-    """Every repair button of the stack page, keyed by kind with `-` as `_` (templates)."""
+class StackActions(dict):
+    """The stack page's repair buttons, keyed by kind with `-` as `_` (for templates)."""
+
+    @property
+    def buttons(self) -> list[Action]:
+        return list(self.values())
+
+    @property
+    def unavailable(self) -> list[tuple[str, list[Action]]]:
+        """(reason, the actions it disables): one line per reason, not one per button.
+        Force-unlock without a lock has no button to explain."""
+        groups: dict[str, list[Action]] = {}
+        for action in self.values():
+            if not action.allowed and action.kind != OperationKind.FORCE_UNLOCK:
+                groups.setdefault(action.reason, []).append(action)
+        return list(groups.items())
+
+
+def stack_actions(user, stack: Stack, *, lock: Lock | None = None, lock_known: bool = True) -> StackActions:
+    """Every repair button of the stack page: allowed, or not with its one-line reason."""
     operator = has_role(user, stack.account, Role.OPERATOR)
-    out = {}
+    out = StackActions()
     for kind in STACK_PAGE_KINDS:
         label = OperationKind(kind).label
         reason = why_not(stack, kind, lock=lock, lock_known=lock_known)
