@@ -26,8 +26,8 @@ from engine.errors import EngineError
 from engine.keys import KeyLayout
 from engine.operations import Context, OperationRefused, Plan, StalePlan, spec_for
 from stacks import audit
-from stacks.actions import forced_override, predicted_refusal
 from stacks.access import has_role, role_on
+from stacks.actions import forced_override, predicted_refusal
 from stacks.consumers import mirror_finder
 from stacks.models import (
     Account,
@@ -160,9 +160,7 @@ def request_operation(
     if problem:
         raise OperationRefused(f"{problem} Tick Force to override it, or wait until the lock is gone.")
     policy = policy_for(account, kind)
-    same_plan = (
-        rerun_of is not None and rerun_of.plan_digest == plan.digest and rerun_of.plan_etag == (plan.etag or "")
-    )
+    same_plan = rerun_of is not None and rerun_of.plan_digest == plan.digest and rerun_of.plan_etag == (plan.etag or "")
     details: dict[str, Any] = {"reason": reason}
     override = forced_override(plan.as_json(), params)
     if override:
@@ -227,7 +225,9 @@ def run_again(user, op: Operation, *, client_address: str | None = None) -> Oper
     if not has_role(user, op.account, Role.OPERATOR):
         raise PermissionDenied(f"You need the operator role on {op.account} to run this again")
     if op.status not in (OperationStatus.PARTIAL, OperationStatus.FAILED) or op.result.get("abandoned"):
-        raise OperationRefused(f"Operation #{op.pk} is {op.get_status_display().lower()}: only a partial or failed one runs again")
+        raise OperationRefused(
+            f"Operation #{op.pk} is {op.get_status_display().lower()}: only a partial or failed one runs again"
+        )
     reason = op.reason or ""
     reason = (f"Run again of #{op.pk}" + (f": {reason}" if reason else ""))[:500]
     return request_operation(

@@ -57,10 +57,15 @@ def test_a_legacy_record_is_shown_by_leaving_the_region_out():
 
 def test_the_stack_page_shows_the_filled_in_command(client, olivia, prod):
     data = record("shop api", resources={"Q": resource_row(), "Bad": "torn"})
-    stack = make_stack(prod, "shop api", data=data, defects=[{"code": "resource-row-malformed", "path": "resources.Bad"}])
-    page = login(client, olivia).get(
-        reverse("stack", args=[prod.account_id, "us-east-1", "shop api"])
-    ).content.decode().replace("&#x27;", "'")
+    stack = make_stack(
+        prod, "shop api", data=data, defects=[{"code": "resource-row-malformed", "path": "resources.Bad"}]
+    )
+    page = (
+        login(client, olivia)
+        .get(reverse("stack", args=[prod.account_id, "us-east-1", "shop api"]))
+        .content.decode()
+        .replace("&#x27;", "'")
+    )
     assert stack.stack_name in page
     assert "python manage.py cdkd state show 'shop api' --account 111111111111 --stack-region us-east-1 --json" in page
     assert "--resource Bad" in page

@@ -59,7 +59,13 @@ def test_it_prints_each_rewrite_once():
         changes=["remove Queue from the record", 'Fn.Properties.Q: {"Ref": "Queue"} -> "q-orders"'],
         data={
             "rewrites": [
-                {"kind": "Ref", "logicalId": "Fn", "path": "Properties.Q", "before": {"Ref": "Queue"}, "after": "q-orders"}
+                {
+                    "kind": "Ref",
+                    "logicalId": "Fn",
+                    "path": "Properties.Q",
+                    "before": {"Ref": "Queue"},
+                    "after": "q-orders",
+                }
             ]
         },
     ).as_json()
@@ -78,9 +84,16 @@ def test_the_operation_page_shows_a_destroy_row_once(client, olivia, web):
 
 @pytest.fixture
 def big(web, olivia):
-    items = {f"Res{i:04d}": {"status": "failed" if i % 500 == 7 else "deleted", "type": "AWS::SQS::Queue"} for i in range(2000)}
+    items = {
+        f"Res{i:04d}": {"status": "failed" if i % 500 == 7 else "deleted", "type": "AWS::SQS::Queue"}
+        for i in range(2000)
+    }
     return make_operation(
-        web.account, olivia, kind="destroy", status=OperationStatus.PARTIAL, progress={"done": 2000, "total": 2000, "items": items}
+        web.account,
+        olivia,
+        kind="destroy",
+        status=OperationStatus.PARTIAL,
+        progress={"done": 2000, "total": 2000, "items": items},
     )
 
 

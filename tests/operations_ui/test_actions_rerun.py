@@ -22,7 +22,9 @@ def url(op, name: str = "operation") -> str:
 
 def approved_then(status: str, web, olivia, arthur, **fields) -> Operation:
     op = make_operation(web.account, olivia, status=status, params={"force": False}, reason="OPS-9", **fields)
-    Approval.objects.create(operation=op, approver=arthur, approved=True, plan_digest=op.plan_digest, plan_etag=op.plan_etag)
+    Approval.objects.create(
+        operation=op, approver=arthur, approved=True, plan_digest=op.plan_digest, plan_etag=op.plan_etag
+    )
     return op
 
 
@@ -36,7 +38,7 @@ def test_it_runs_the_same_plan_again_without_a_new_approval(client, olivia, arth
     new = Operation.objects.exclude(pk=op.pk).get()
     assert response.status_code == 302 and response["Location"] == url(new)
     assert new.rerun_of_id == op.pk and new.params == op.params and new.plan_digest == op.plan_digest
-    assert new.reason == "Run again of #%d: OPS-9" % op.pk
+    assert new.reason == f"Run again of #{op.pk}: OPS-9"
     assert new.status == OperationStatus.QUEUED  # arthur's approval of this exact plan carried over
     assert [a.approver.username for a in operations.valid_approvals(new)] == ["arthur"]
     event = AuditEvent.objects.get(action="operation.requested", operation=new)
