@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from decimal import Decimal
 from json.encoder import encode_basestring  # type: ignore[attr-defined]  # JSON.stringify's string quoting
@@ -304,54 +305,79 @@ def _version_verdict(value: Any) -> tuple[str, int | None]:
 
 # --- messages -----------------------------------------------------------------------------
 
-_INERT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=,~-]*")
 _INERT_REGION = re.compile(r"[a-z0-9][a-z0-9-]*")
+_ACCOUNT_ID = re.compile(r"\d{12}")
+
+
+def _quoted(text: str | None, hole: str) -> str:
+    """`text` shell-quoted for a pasteable command, or the hole when there is none or it
+    holds characters a terminal would not paste as typed (control characters)."""
+    if not text or len(text) > 1024 or not text.isprintable():
+        return hole
+    return shlex.quote(text)
 
 
 @dataclass(frozen=True)
 class _Where:
-    """What a message can name: the stack and region as shell-inert text, or holes."""
+    """What a message can name: the stack, region and (in the app) account, shell-quoted
+    so each command pastes as it is; holes where they are not known. With an account the
+    commands are this app's (`python manage.py cdkd ... --account ID`), else cdkd's."""
 
     stack: str | None
     region: str | None
     legacy: bool
+    account: str | None = None
 
     @property
     def stack_arg(self) -> str:
-        if self.stack and _INERT_NAME.fullmatch(self.stack):
-            return self.stack
-        return "'<stack>'"
+        return _quoted(self.stack, "'<stack>'")
+
+    @property
+    def _app(self) -> bool:
+        return bool(self.account and _ACCOUNT_ID.fullmatch(self.account))
 
     @property
     def region_flag(self) -> str:
+        account = f" --account {self.account}" if self._app else ""
         if self.legacy:
-            return ""  # a legacy record is selected by leaving --stack-region out
+            return account  # a legacy record is selected by leaving --stack-region out
         if self.region and _INERT_REGION.fullmatch(self.region):
-            return f" --stack-region {self.region}"
-        return " --stack-region '<region>'"
+            return f"{account} --stack-region {self.region}"
+        return f"{account} --stack-region {_quoted(self.region, chr(39) + '<region>' + chr(39))}"
+
+    @property
+    def cdkd(self) -> str:
+        return "python manage.py cdkd" if self._app else "cdkd"
 
     def show(self) -> str:
-        if self.legacy:
+        if self.legacy and not self._app:
             return "read the legacy object <prefix>/<stack>/state.json from the state bucket directly"
-        return f"inspect the stored record with `cdkd state show {self.stack_arg}{self.region_flag} --json`"
+        return f"inspect the stored record with `{self.cdkd} state show {self.stack_arg}{self.region_flag} --json`"
+
+    def _then_yes(self) -> str:
+        return " (it prints the plan; add --yes to run it)" if self._app else ""
 
     def ways_out(self, *, resource: str | None = None) -> str:
         text = (
             f"To repair it, {self.show()}, fix the JSON by hand and upload it as a new version of "
             f"state.json (the only way that keeps the resources under cdkd's management); or drop the whole "
-            f"record, leaving every live AWS resource standing, with `cdkd state orphan {self.stack_arg}"
-            f"{self.region_flag}`"
+            f"record, leaving every live AWS resource standing, with `{self.cdkd} state orphan {self.stack_arg}"
+            f"{self.region_flag}`{self._then_yes()}, which reads `resources` nowhere, so this damage does not stop it"
         )
         if resource is not None and not self.legacy:
-            rid = resource if _INERT_NAME.fullmatch(resource) else "'<logicalId>'"
+            rid = _quoted(resource, "'<logicalId>'")
             text += (
-                f"; or drop just this resource (its AWS resource stays live) with `cdkd state orphan "
+                f"; or drop just this resource (its AWS resource stays live) with `{self.cdkd} state orphan "
                 f"{self.stack_arg}{self.region_flag} --resource {rid}`"
             )
         return text + "."
 
 
-_BLOCKS = "cdkd deploy, destroy, orphan, import, rollback and scrub refuse this record, and so does this app"
+# `cdkd state orphan <stack>` (whole record) is not in this list: it is the way out.
+_BLOCKS = (
+    "cdkd deploy, destroy, import, rollback, scrub and `cdkd orphan <constructPath>` refuse this record, and so do "
+    "this app's destroy and scrub"
+)
 
 
 def _kind_phrase(value: Any) -> str:
@@ -362,13 +388,18 @@ def _kind_phrase(value: Any) -> str:
 
 
 def state_defects(
-    data: Any, *, stack_name: str | None = None, region: str | None = None, legacy: bool = False
+    data: Any,
+    *,
+    stack_name: str | None = None,
+    region: str | None = None,
+    legacy: bool = False,
+    account: str | None = None,
 ) -> list[Defect]:
     """Every blocking defect of a decoded state body, per the seeds' malformed-container
     rules (reference §10.2). `data` is the decoded JSON (or a StackState); never raises."""
     if isinstance(data, StackState):
         data = data.to_json_value()
-    where = _Where(stack_name, region, legacy)
+    where = _Where(stack_name, region, legacy, account)
     if not isinstance(data, dict):
         return [
             Defect(
@@ -775,15 +806,18 @@ def _decode(body: bytes) -> tuple[Any, str | None]:
         return None, str(exc)
 
 
-def parse_state(body: bytes, *, key_region: str | None = None, stack_name: str | None = None) -> ParsedRecord:
+def parse_state(
+    body: bytes, *, key_region: str | None = None, stack_name: str | None = None, account: str | None = None
+) -> ParsedRecord:
     """Read a stored state.json body. Never raises.
 
     `key_region` is the region segment of the key (None for a legacy key); it decides the
-    record's region. `stack_name` (the key's) only fills in the repair commands of messages.
+    record's region. `stack_name` (the key's) and `account` (the app's account id) only
+    fill in the repair commands of messages.
     """
     legacy = key_region is None
     data, error = _decode(body)
-    where = _Where(stack_name, key_region, legacy)
+    where = _Where(stack_name, key_region, legacy, account)
     if error is not None:
         return ParsedRecord(
             raw=body,
@@ -801,7 +835,7 @@ def parse_state(body: bytes, *, key_region: str | None = None, stack_name: str |
         )
     record = ParsedRecord(raw=body, data=data, state=None, key_region=key_region)
     if not isinstance(data, dict):
-        record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy)
+        record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy, account=account)
         return record
     # An independent copy, so edits to `state` never change what `data` says was stored.
     record.state = StackState.model_validate(json.loads(body.decode("utf-8"), parse_constant=_reject_constant))
@@ -809,7 +843,7 @@ def parse_state(body: bytes, *, key_region: str | None = None, stack_name: str |
         verdict, number = _version_verdict(data["version"])
         record.version = number if verdict != "invalid" else None
     body_region = data.get("region")
-    record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy)
+    record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy, account=account)
     if key_region is not None and "region" in data and body_region != key_region:
         record.body_region_kind = describe_region_value_kind(body_region)
         record.warnings.append(

@@ -10,6 +10,48 @@ from django import forms
 
 from stacks.models import LockState, OperationKind, OperationStatus, Role, policy_floor_problem
 
+REASON_MAX = 500  # Operation.reason's length
+
+
+def _label(form: forms.Form, name: str) -> str:
+    field = form.fields.get(name)
+    label = field.label if field is not None and field.label else name.replace("_", " ")
+    return str(label)[:1].upper() + str(label)[1:]
+
+
+def _sentence(label: str, error: forms.ValidationError) -> str:
+    """One error as a sentence that names the field in words, not by its form name."""
+    params = error.params or {}
+    limit = params.get("limit_value")
+    by_code = {
+        "required": f"{label} is required.",
+        "min_value": f"{label} must be at least {limit}.",
+        "max_value": f"{label} must be at most {limit}.",
+        "invalid": f"{label} must be a whole number." if "number" in str(error.message) else f"{label} is not valid.",
+        "invalid_choice": f"{label}: that is not one of the choices.",
+        "max_length": f"{label} must be at most {limit} characters (it has {params.get('show_value')}).",
+        "min_length": f"{label} must be at least {limit} characters.",
+    }
+    if error.code in by_code:
+        return by_code[error.code]
+    return " ".join(error.messages)  # the form's own messages are sentences already
+
+
+def worded_errors(form: forms.Form) -> list[str]:
+    """Every error of a bound form in words: "Approvers needed must be at most 20.", never
+    "approvers_needed: Ensure this value is less than or equal to 20"."""
+    out = []
+    for name, errors in form.errors.as_data().items():
+        for error in errors:
+            out.append(" ".join(error.messages) if name == "__all__" else _sentence(_label(form, name), error))
+    return out
+
+
+class WordedForm(forms.Form):
+    @property
+    def worded_errors(self) -> list[str]:
+        return worded_errors(self)
+
 
 class StackFilterForm(forms.Form):
     """The stacks page's search box and filters; every field optional."""
@@ -76,7 +118,7 @@ WEB_KINDS = (
 FORCEABLE_KINDS = (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES)
 
 
-class OperationParamsForm(forms.Form):
+class OperationParamsForm(WordedForm):
     """An operation's parameters, per kind. The same form reads the preview's query string
     (what to plan) and the confirmation's POST (what to request); `params()` is what
     `compute_plan`/`request_operation` receive. `plan_digest` is the plan the person saw."""
@@ -93,6 +135,9 @@ class OperationParamsForm(forms.Form):
     purge_history = forms.BooleanField(required=False, label="Purge history")
     confirm_purge = forms.BooleanField(required=False)
     plan_digest = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
+    # Why (free text or a ticket reference): shown to approvers and kept in the audit.
+    reason = forms.CharField(required=False, max_length=REASON_MAX, label="Reason")
+    force_offered = forms.BooleanField(required=False, widget=forms.HiddenInput)  # the form offered Force
 
     def __init__(self, data, *, kind: str, logical_ids: list[str] | None = None, unreadable_lock: bool = False):
         super().__init__(data)
@@ -107,6 +152,11 @@ class OperationParamsForm(forms.Form):
         if self.kind == OperationKind.RESTORE and not data.get("version_id"):
             self.add_error("version_id", "Name the version to restore.")
         return data
+
+    def clean_reason(self) -> str:
+        # One line of plain text: control characters (newlines included) become spaces.
+        text = self.cleaned_data.get("reason") or ""
+        return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
     def params(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -151,7 +201,7 @@ FINDING_SOURCES = [
 FINDING_VERSIONS = [("", "Current and history"), ("current", "Current versions"), ("history", "History only")]
 
 
-class FindingFilterForm(forms.Form):
+class FindingFilterForm(WordedForm):
     """The secrets page's filters; `format` exports the filtered findings."""
 
     account = forms.ChoiceField(required=False)
@@ -181,7 +231,24 @@ class DecisionForm(forms.Form):
 OPERATION_TABS = [("inbox", "Awaiting my approval"), ("mine", "My requests"), ("all", "All")]
 
 
-class OperationFilterForm(forms.Form):
+class ItemFilterForm(WordedForm):
+    """An operation page's items: one page of them, optionally of one status only."""
+
+    item_status = forms.ChoiceField(
+        required=False,
+        label="Item status",
+        choices=[("", "Every item"), ("failed", "Failed only")],
+    )
+    page = forms.IntegerField(required=False, min_value=1, label="Page")
+
+
+class CancelForm(forms.Form):
+    """The cancel confirmation: the button on the confirmation step sends `confirm=yes`."""
+
+    confirm = forms.ChoiceField(choices=[("yes", "yes")])
+
+
+class OperationFilterForm(WordedForm):
     tab = forms.ChoiceField(required=False, choices=OPERATION_TABS)
     account = forms.ChoiceField(required=False)
     kind = forms.ChoiceField(required=False, choices=[("", "Any kind"), *OperationKind.choices])
@@ -196,7 +263,7 @@ class OperationFilterForm(forms.Form):
 LOCAL_TIME = forms.DateTimeInput(attrs={"type": "datetime-local"})
 
 
-class AuditFilterForm(forms.Form):
+class AuditFilterForm(WordedForm):
     account = forms.ChoiceField(required=False)
     actor = forms.CharField(required=False, max_length=255, label="Person")
     action = forms.CharField(required=False, max_length=64)
@@ -219,13 +286,19 @@ class AuditFilterForm(forms.Form):
         return data
 
 
-class PolicyForm(forms.Form):
+class PolicyForm(WordedForm):
     """One operation kind's approval policy on one account."""
 
-    kind = forms.ChoiceField(choices=OperationKind.choices)
-    approval_required = forms.BooleanField(required=False)
-    approvers_needed = forms.IntegerField(min_value=1, max_value=20, initial=1)
-    validity_hours = forms.IntegerField(min_value=1, max_value=24 * 90, initial=24)
+    kind = forms.ChoiceField(choices=OperationKind.choices, label="Operation kind")
+    approval_required = forms.BooleanField(required=False, label="Approval required")
+    approvers_needed = forms.IntegerField(min_value=1, max_value=20, initial=1, label="Approvers needed")
+    validity_hours = forms.IntegerField(min_value=1, max_value=24 * 90, initial=24, label="Hours an approval holds")
+
+    @property
+    def worded_errors(self) -> list[str]:
+        kind = self.data.get("kind")
+        label = dict(OperationKind.choices).get(kind) if isinstance(kind, str) else None
+        return [f"{label} policy: {m}" if label else m for m in worded_errors(self)]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -236,7 +309,7 @@ class PolicyForm(forms.Form):
         return data
 
 
-class MemberAddForm(forms.Form):
+class MemberAddForm(WordedForm):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
 

@@ -596,6 +596,10 @@ class Operation(models.Model):
     requester_name = models.CharField(max_length=255, help_text="username, or cli:<os user>")
     via = models.CharField(max_length=8, default="web", help_text="web or cli")
     params = models.JSONField(default=dict, blank=True)
+    # Why the requester asks (free text or a ticket reference); shown to approvers, audited.
+    reason = models.CharField(max_length=500, blank=True)
+    # "Run again" of a partial or failed operation: the one it repeats.
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
 
     plan = models.JSONField(default=dict)
     plan_digest = models.CharField(max_length=80)

@@ -27,6 +27,7 @@ from engine.keys import KeyLayout
 from engine.operations import Context, OperationRefused, Plan, StalePlan, spec_for
 from stacks import audit
 from stacks.access import has_role, role_on
+from stacks.actions import forced_override, predicted_refusal
 from stacks.consumers import mirror_finder
 from stacks.models import (
     Account,
@@ -139,15 +140,34 @@ def request_operation(
     params: dict | None = None,
     *,
     client_address: str | None = None,
+    reason: str = "",
+    rerun_of: Operation | None = None,
 ) -> Operation:
     """Plan the operation and record the request; queue it at once when the account's policy
     needs no approval. Raises PermissionDenied without the operator role, and the engine's
-    OperationRefused/EngineError when no plan can be made."""
+    OperationRefused/EngineError when no plan can be made, or when the plan predicts the
+    run would refuse unless forced and the request is not forced (refused up front).
+
+    `rerun_of`: "Run again" of that operation. When the new plan's digest and ETag equal
+    its plan, the approvals it had carry over (they approved this exact plan); otherwise
+    the new plan needs approvals of its own."""
     if not has_role(user, account, Role.OPERATOR):
         raise PermissionDenied(f"You need the operator role on {account} to request this")
     params = params or {}
+    reason = (reason or "")[:500]
     plan = compute_plan(account, kind, stack_name, region, params, _actor_name(user))
+    problem = predicted_refusal(plan.as_json())
+    if problem:
+        raise OperationRefused(f"{problem} Tick Force to override it, or wait until the lock is gone.")
     policy = policy_for(account, kind)
+    same_plan = rerun_of is not None and rerun_of.plan_digest == plan.digest and rerun_of.plan_etag == (plan.etag or "")
+    details: dict[str, Any] = {"reason": reason}
+    override = forced_override(plan.as_json(), params)
+    if override:
+        details["force"] = override
+    if rerun_of is not None:
+        details["rerun_of"] = rerun_of.pk
+        details["same_plan"] = same_plan
     with transaction.atomic():
         op = Operation.objects.create(
             kind=kind,
@@ -157,6 +177,8 @@ def request_operation(
             requested_by=user,
             requester_name=_actor_name(user),
             params=params,
+            reason=reason,
+            rerun_of=rerun_of,
             plan=plan.as_json(),
             plan_digest=plan.digest,
             plan_etag=plan.etag or "",
@@ -169,10 +191,56 @@ def request_operation(
             operation=op,
             etag_before=op.plan_etag,
             client_address=client_address,
+            details=details,
         )
-        if not policy.approval_required:
+        if same_plan and policy.approval_required:
+            _carry_approvals(rerun_of, op)
+            if len(valid_approvals(op)) >= policy.approvers_needed:
+                op.status = OperationStatus.APPROVED
+                op.save(update_fields=["status"])
+        if op.status == OperationStatus.APPROVED:
             _enqueue(op)
     return op
+
+
+def _carry_approvals(source: Operation, op: Operation) -> None:
+    """Copy the approvals of `source` for this same plan to `op`, keeping when each was
+    given (so an approval still expires on its own clock). Only approvals that still count
+    for `source`'s plan are copied; `valid_approvals(op)` then drops the new requester's own."""
+    for a in valid_approvals(source):
+        copy = Approval.objects.create(
+            operation=op,
+            approver=a.approver,
+            approved=True,
+            plan_digest=a.plan_digest,
+            plan_etag=a.plan_etag,
+            comment=f"carried over from #{source.pk} (same plan)" + (f": {a.comment}" if a.comment else ""),
+        )
+        Approval.objects.filter(pk=copy.pk).update(created_at=a.created_at)
+
+
+def run_again(user, op: Operation, *, client_address: str | None = None) -> Operation:
+    """A partial or failed operation, requested again with the same parameters and reason:
+    a new plan of what is there now; new approvals only when that plan differs."""
+    if not has_role(user, op.account, Role.OPERATOR):
+        raise PermissionDenied(f"You need the operator role on {op.account} to run this again")
+    if op.status not in (OperationStatus.PARTIAL, OperationStatus.FAILED) or op.result.get("abandoned"):
+        raise OperationRefused(
+            f"Operation #{op.pk} is {op.get_status_display().lower()}: only a partial or failed one runs again"
+        )
+    reason = op.reason or ""
+    reason = (f"Run again of #{op.pk}" + (f": {reason}" if reason else ""))[:500]
+    return request_operation(
+        user,
+        op.account,
+        op.kind,
+        op.stack_name,
+        op.region,
+        dict(op.params or {}),
+        client_address=client_address,
+        reason=reason,
+        rerun_of=op,
+    )
 
 
 def valid_approvals(op: Operation, *, at=None) -> list[Approval]:
@@ -564,5 +632,11 @@ def can(user, op: Operation, action: str) -> bool:
             op.status == OperationStatus.FAILED
             and bool(op.result.get("abandoned"))
             and rank >= Role.rank(Role.APPROVER)
+        )
+    if action == "run_again":
+        return (
+            op.status in (OperationStatus.PARTIAL, OperationStatus.FAILED)
+            and not op.result.get("abandoned")
+            and rank >= Role.rank(Role.OPERATOR)
         )
     return False

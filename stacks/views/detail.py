@@ -28,7 +28,12 @@ def parse_stack(stack: Stack) -> ParsedRecord:
     """The mirrored body, parsed, masked for display (`stacks.secretmask`: detectors and
     what the secret scan flagged). A legacy key names no region, so only the key's region
     counts."""
-    return parse_state(masked_body(stack, bytes(stack.body)), key_region=None if stack.legacy else stack.region)
+    return parse_state(
+        masked_body(stack, bytes(stack.body)),
+        key_region=None if stack.legacy else stack.region,
+        stack_name=stack.stack_name,  # fills in the repair commands of its messages
+        account=stack.account.account_id,
+    )
 
 
 def _load(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> Stack:

@@ -28,14 +28,16 @@ from django_htmx.http import HttpResponseStopPolling
 
 from engine.errors import EngineError
 from engine.operations import OperationRefused
-from stacks import audit, operations
+from stacks import actions, audit, operations
 from stacks.access import accounts_for, get_stack_or_404, has_role, role_on
 from stacks.audit import client_ip
 from stacks.forms import (
     FORCEABLE_KINDS,
     OPERATION_TABS,
     WEB_KINDS,
+    CancelForm,
     DecisionForm,
+    ItemFilterForm,
     OperationFilterForm,
     OperationParamsForm,
 )
@@ -215,20 +217,63 @@ def scrub_rows(data: Any) -> list[dict[str, Any]]:
     ]
 
 
+# A destroy plan's warning about another record the import check could not read.
+_UNREADABLE_WARNING = "; skipped by the import check, as cdkd skips it"
+
+
+def _warnings_once(warnings: Any) -> tuple[list[str], list[str]]:
+    """(the plan's warnings, each once, in order; the other records the import check could
+    not read). Those are about other stacks, so they are one collapsed line, not one each
+    (a nested child's plan repeats them)."""
+    seen: set[str] = set()
+    own: list[str] = []
+    unreadable: list[str] = []
+    for w in warnings if isinstance(warnings, list) else []:
+        text = _show(w)
+        if text in seen:
+            continue
+        seen.add(text)
+        if text.startswith("could not read ") and text.endswith(_UNREADABLE_WARNING):
+            unreadable.append(text[len("could not read ") : -len(_UNREADABLE_WARNING)])
+        else:
+            own.append(text)
+    return own, unreadable
+
+
+def _changes_once(plan: dict[str, Any], changes: list[ChangeRow], tables: dict[str, list]) -> list[ChangeRow]:
+    """The plan's changes minus those a table above already prints (each change once):
+    a destroy's row lines (one per row, first), a scrub's rewrites (first), an orphan of
+    resources' `logicalId.path: before -> after` lines."""
+    if tables["destroy_rows"]:
+        return changes[len(tables["destroy_rows"]) :]
+    if tables["scrub_rows"]:
+        return changes[len(tables["scrub_rows"]) :]
+    if tables["rewrites"]:
+        lines = {f"{r.where}: {r.before} -> {r.after}" for r in tables["rewrites"]}
+        return [c for c in changes if c.text not in lines]
+    return changes
+
+
 def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
     plan = mask_plan(plan)  # shown masked: a rewrite resolves values out of the record
-    changes = change_rows(plan.get("changes"))
+    kind = plan.get("kind")
+    tables = {
+        # orphan-resources' reference rewrites; scrub's `data.rewrites` are its own shape
+        "rewrites": [] if kind == OperationKind.SCRUB else rewrite_rows(plan.get("data")),
+        "scrub_rows": scrub_rows(plan.get("data")) if kind == OperationKind.SCRUB else [],
+        "destroy_rows": destroy_rows(plan.get("data")) if kind == OperationKind.DESTROY else [],
+    }
+    changes = _changes_once(plan, change_rows(plan.get("changes")), tables)
+    own, unreadable = _warnings_once(plan.get("warnings"))
     return {
         "plan": plan,
         "changes": changes,
         "structured_changes": any(c.where or c.is_rewrite for c in changes),
-        # orphan-resources' reference rewrites; scrub's `data.rewrites` are its own shape
-        "rewrites": [] if plan.get("kind") == OperationKind.SCRUB else rewrite_rows(plan.get("data")),
         "unresolved": rewrite_rows(plan.get("data"), "unresolved"),
-        "plan_warnings": plan.get("warnings") or [],
-        "scrub_rows": scrub_rows(plan.get("data")) if plan.get("kind") == OperationKind.SCRUB else [],
-        "destroy_rows": destroy_rows(plan.get("data")) if plan.get("kind") == OperationKind.DESTROY else [],
-        "is_scrub": plan.get("kind") == OperationKind.SCRUB,
+        "plan_warnings": own,
+        "unreadable_elsewhere": unreadable,
+        "is_scrub": kind == OperationKind.SCRUB,
+        **tables,
     }
 
 
@@ -291,6 +336,11 @@ def operation_new(
         raise Http404("No such operation")
     if not has_role(request.user, stack.account, Role.OPERATOR):
         return refusal(request, f"You need the operator role on {stack.account} to request this.", 403)
+    # The rule the stack page's buttons follow. A lock is the bucket's to tell (the mirror
+    # may lag): force-unlock's own plan says when there is none.
+    why = None if kind == OperationKind.FORCE_UNLOCK else actions.why_not(stack, kind)
+    if why:
+        return refusal(request, why, 409, title=f"{OperationKind(kind).label} cannot run on {stack.stack_name}")
     lock = Lock.objects.filter(stack=stack).first() if kind == OperationKind.FORCE_UNLOCK else None
     unreadable = lock is not None and not lock.readable
     logical_ids = [lid for lid, _row in parse_stack(stack).resource_rows()] if kind == "orphan-resources" else []
@@ -316,7 +366,14 @@ def operation_new(
             return render(request, "stacks/operation_new.html", context, status=400)
         try:
             op = operations.request_operation(
-                request.user, stack.account, kind, stack.stack_name, region, params, client_address=client_ip(request)
+                request.user,
+                stack.account,
+                kind,
+                stack.stack_name,
+                region,
+                params,
+                client_address=client_ip(request),
+                reason=form.cleaned_data.get("reason") or "",
             )
         except PermissionDenied as exc:
             return refusal(request, str(exc) or "Not allowed.", 403)
@@ -325,7 +382,9 @@ def operation_new(
         except EngineError as exc:
             return render(request, "stacks/operation_new.html", {**context, "engine_error": str(exc)}, status=502)
         seen = form.cleaned_data.get("plan_digest")
-        if seen and seen != op.plan_digest:
+        if form.cleaned_data.get("force_offered") and params.get("force"):
+            messages.info(request, "Forced: the plan includes the override you ticked; the approver sees it.")
+        elif seen and seen != op.plan_digest:
             messages.warning(request, "The record changed after the preview: the operation holds a new plan. Check it.")
         messages.success(request, f"Requested operation #{op.pk}: {op.get_kind_display()} of {op.stack_name}.")
         return redirect("operation", op_id=op.pk)
@@ -346,6 +405,8 @@ def operation_new(
     if kind == OperationKind.SCRUB:
         _audit_secret_read(request, stack, plan.data, "")
     context.update(plan_context(plan.as_json()), digest=plan.digest, params=params)
+    context["predicted_refusal"] = actions.predicted_refusal(plan.as_json())
+    context["forced_override"] = actions.forced_override(plan.as_json(), params)
     context["unreadable_lock"] = unreadable or (
         kind == OperationKind.FORCE_UNLOCK and plan.data.get("unreadable") is True
     )
@@ -393,6 +454,29 @@ def _percent(progress: dict[str, Any], finished: bool) -> int | None:
     return max(0, min(100, int(100 * done / total)))
 
 
+# Item statuses that count as failed for the "failed only" filter (engine.destroy's FAILED).
+FAILED_ITEM_STATUSES = frozenset({"failed", "fail", "error"})
+
+
+def _item_page(request: AuthedRequest, items: dict[str, Any]) -> dict[str, Any]:
+    """One page of the operation's items, filtered by status; the filter and page come
+    from the query string (kept by the polling region and the pagination links)."""
+    form = ItemFilterForm(request.GET)
+    filters = form.cleaned_data if form.is_valid() else {}
+    rows = [(item_id, v if isinstance(v, dict) else {"status": _show(v)}) for item_id, v in sorted(items.items())]
+    failed = [r for r in rows if str(r[1].get("status", "")) in FAILED_ITEM_STATUSES]
+    shown = failed if filters.get("item_status") == "failed" else rows
+    page = Paginator(shown, settings.CDKD_PAGE_SIZE).get_page(filters.get("page"))
+    return {
+        "items": list(page.object_list),
+        "items_total": len(rows),
+        "items_failed": len(failed),
+        "items_page": page,
+        "item_filter": filters.get("item_status") or "",
+        "item_query": request.GET.urlencode(),
+    }
+
+
 def _live_context(request: AuthedRequest, op: Operation) -> dict[str, Any]:
     """What the polling region shows: status, approvals, progress, log, result, actions."""
     policy = operations.policy_for(op.account, op.kind)
@@ -402,30 +486,35 @@ def _live_context(request: AuthedRequest, op: Operation) -> dict[str, Any]:
     items = progress.get("items")
     items = items if isinstance(items, dict) else {}
     return {
+        **_item_page(request, items),
         "op": op,
         "policy": policy,
         "approvals": [(a, a.pk in counting) for a in approvals],
         "approvals_counting": len(counting),
         "progress": progress,
         "percent": _percent(progress, op.finished),
-        "items": [
-            (item_id, v if isinstance(v, dict) else {"status": _show(v)}) for item_id, v in sorted(items.items())
-        ],
         "log": op.log if isinstance(op.log, list) else [],
         "result": op.result if isinstance(op.result, dict) else {},
         "can_cancel": operations.can(request.user, op, "cancel"),
         "can_retry": operations.can(request.user, op, "retry"),
+        "can_run_again": operations.can(request.user, op, "run_again"),
         "mine": op.requested_by_id == request.user.pk,
     }
 
 
-def _operation_page(request: AuthedRequest, op: Operation, *, status: int = 200, decision_form=None) -> HttpResponse:
+def _operation_page(
+    request: AuthedRequest, op: Operation, *, status: int = 200, decision_form=None, confirm_cancel: bool = False
+) -> HttpResponse:
     context = _live_context(request, op)
-    context.update(plan_context(op.plan if isinstance(op.plan, dict) else {}))
+    plan = op.plan if isinstance(op.plan, dict) else {}
+    context.update(plan_context(plan))
     context.update(
         stack=_stack_for(op),
         can_decide=operations.can(request.user, op, "decide"),
         decision_form=decision_form or DecisionForm(),
+        forced_override=actions.forced_override(plan, op.params if isinstance(op.params, dict) else {}),
+        confirm_cancel=(confirm_cancel or request.GET.get("confirm") == "cancel") and context["can_cancel"],
+        reruns=list(op.reruns.order_by("pk").values_list("pk", flat=True)),
     )
     return render(request, "stacks/operation.html", context, status=status)
 
@@ -491,9 +580,14 @@ def operation_decide(request: AuthedRequest, op_id: int) -> HttpResponse:
 
 @require_POST
 def operation_cancel(request: AuthedRequest, op_id: int) -> HttpResponse:
+    """Cancel, as the second step: the page's Cancel button opens the confirmation
+    (`?confirm=cancel`), whose button posts `confirm=yes`. A POST without it only shows
+    the confirmation again (no inline script: the site's CSP allows none)."""
     op = _get_operation_or_404(request, op_id)
     if not has_role(request.user, op.account, Role.OPERATOR):
         return _refused_on_page(request, op, f"You need the operator role on {op.account} to cancel this.", 403)
+    if not CancelForm(request.POST).is_valid() and operations.can(request.user, op, "cancel"):
+        return _operation_page(request, op, confirm_cancel=True)
     op, refused = _attempt(request, op, lambda: operations.cancel(request.user, op, client_address=client_ip(request)))
     if refused:
         return refused
@@ -506,7 +600,12 @@ def operation_cancel(request: AuthedRequest, op_id: int) -> HttpResponse:
 
 @require_POST
 def operation_retry(request: AuthedRequest, op_id: int) -> HttpResponse:
+    """Run again: an abandoned operation is queued again as it was (approvers); a partial
+    or failed one is requested again with a new plan (operators), approved anew only when
+    that plan differs."""
     op = _get_operation_or_404(request, op_id)
+    if not (isinstance(op.result, dict) and op.result.get("abandoned")):
+        return _run_again(request, op)
     if not has_role(request.user, op.account, Role.APPROVER):
         return _refused_on_page(request, op, f"You need the approver role on {op.account} to run this again.", 403)
     op, refused = _attempt(request, op, lambda: operations.retry(request.user, op, client_address=client_ip(request)))
@@ -514,3 +613,20 @@ def operation_retry(request: AuthedRequest, op_id: int) -> HttpResponse:
         return refused
     messages.success(request, f"Queued operation #{op.pk} to run again.")
     return redirect("operation", op_id=op.pk)
+
+
+def _run_again(request: AuthedRequest, op: Operation) -> HttpResponse:
+    if not has_role(request.user, op.account, Role.OPERATOR):
+        return _refused_on_page(request, op, f"You need the operator role on {op.account} to run this again.", 403)
+    new, refused = _attempt(
+        request, op, lambda: operations.run_again(request.user, op, client_address=client_ip(request))
+    )
+    if refused:
+        return refused
+    if new.status == OperationStatus.AWAITING_APPROVAL:
+        messages.success(
+            request, f"Requested #{new.pk}, a run again of #{op.pk}: its plan differs, so it needs approval again."
+        )
+    else:
+        messages.success(request, f"Requested #{new.pk}, a run again of #{op.pk}: {new.get_status_display().lower()}.")
+    return redirect("operation", op_id=new.pk)

@@ -131,12 +131,12 @@ def test_it_shows_which_approvals_still_count(client, olivia, arthur, april, web
 def test_it_lets_the_requester_cancel(client, olivia, web):
     op = make_operation(web.account, olivia)
     login(client, olivia)
-    assert url(op, "operation_cancel").encode() in client.get(url(op)).content
-    response = client.post(url(op, "operation_cancel"))
+    assert url(op, "operation_cancel").encode() in client.get(url(op) + "?confirm=cancel").content
+    response = client.post(url(op, "operation_cancel"), {"confirm": "yes"})
     op.refresh_from_db()
     assert response.status_code == 302 and op.status == OperationStatus.CANCELLED
     assert AuditEvent.objects.filter(action="operation.cancelled", actor="olivia").exists()
-    again = client.post(url(op, "operation_cancel"))
+    again = client.post(url(op, "operation_cancel"), {"confirm": "yes"})
     assert again.status_code == 409 and b"already ended" in again.content
 
 
@@ -148,15 +148,16 @@ def test_it_refuses_cancel_by_another_operator_and_a_viewer(client, olivia, vera
     assert op.status == OperationStatus.QUEUED
 
 
-def test_it_offers_run_again_only_for_an_abandoned_operation(client, olivia, arthur, web):
-    failed = make_operation(web.account, olivia, status=OperationStatus.FAILED, error="S3 said no")
+def test_it_queues_an_abandoned_operation_again_as_it_was(client, olivia, arthur, web):
+    # A failed (not abandoned) one is planned again instead: tests/operations_ui/test_actions_rerun.py
+    cancelled = make_operation(web.account, olivia, status=OperationStatus.CANCELLED)
     abandoned = make_operation(
         web.account, olivia, status=OperationStatus.FAILED, result={"abandoned": True}, error="worker stopped"
     )
     login(client, arthur)
-    assert url(failed, "operation_retry").encode() not in client.get(url(failed)).content
+    assert url(cancelled, "operation_retry").encode() not in client.get(url(cancelled)).content
     assert url(abandoned, "operation_retry").encode() in client.get(url(abandoned)).content
-    assert client.post(url(failed, "operation_retry")).status_code == 409
+    assert client.post(url(cancelled, "operation_retry")).status_code == 409
     assert client.post(url(abandoned, "operation_retry")).status_code == 302
     abandoned.refresh_from_db()
     assert abandoned.status == OperationStatus.QUEUED

@@ -130,7 +130,9 @@ RULES: dict[str, Rule] = {
     "operation_decide": Rule(
         op_kwargs("awaiting"), post=on_a(404, 403, 403, 302, 302), data=lambda w: {"decision": "approve"}
     ),
-    "operation_cancel": Rule(op_kwargs("awaiting"), post=on_a(404, 403, 302, 302, 302)),
+    "operation_cancel": Rule(
+        op_kwargs("awaiting"), post=on_a(404, 403, 302, 302, 302), data=lambda w: {"confirm": "yes"}
+    ),
     "operation_retry": Rule(op_kwargs("abandoned"), post=on_a(404, 403, 403, 302, 302)),
     "audit": Rule(get=every(200), lists_a=True),
     # Findings say where a secret is, never its value: every role reads them; scanning reads

@@ -443,8 +443,10 @@ def test_it_words_repairs_for_a_legacy_record_without_a_region_flag() -> None:
     assert not rec.region_mismatch  # a legacy key has no region to disagree with
 
 
-def test_it_leaves_holes_for_names_a_shell_would_act_on() -> None:
+def test_it_shell_quotes_names_a_shell_would_act_on_and_leaves_holes_for_control_characters() -> None:
     rec = parsed({"version": 11}, stack_name="a;rm -rf", key_region="us-east-1")
+    assert "cdkd state orphan 'a;rm -rf' --stack-region us-east-1" in rec.defects[0].message
+    rec = parsed({"version": 11}, stack_name="a\nrm", key_region="us-east-1")
     assert "cdkd state orphan '<stack>' --stack-region us-east-1" in rec.defects[0].message
 
 
