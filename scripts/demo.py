@@ -2,7 +2,7 @@
 (or `bash scripts/demo.sh`, which installs first).
 
 1. starts a moto server (S3 + STS) as a child process: the demo's AWS, gone when the demo stops;
-2. seeds three accounts' state buckets with a realistic cdkd world (engine.demo);
+2. seeds three accounts' state buckets with a realistic cdkd world (demo);
 3. migrates the database (DATABASE_URL, else SQLite at var/demo.sqlite3), sets the `admin`
    login to a fresh password, registers the accounts and runs a first sync;
 4. collects the static files and starts the worker (`manage.py cdkd worker`) and the web app
@@ -244,7 +244,7 @@ def main() -> None:
         env.setdefault("CDKD_SYNC_INTERVAL", "120")  # the worker re-syncs every two minutes
 
         # -- Seed the world -------------------------------------------------------------------
-        from engine.demo import (
+        from demo import (
             DEMO_ACCOUNTS,
             LEAK_ACCOUNT,
             assumed_role_session,
