@@ -129,6 +129,8 @@ class DemoWorld:
     accounts: list[AccountSummary]
     interesting: dict[str, StackRef]
     seconds: float = 0.0
+    resources: int = 0  # AWS resources created in the demo's moto server
+    destroyable: list[StackRef] = field(default_factory=list)  # a destroy of one ends Succeeded
 
     @property
     def objects(self) -> int:

@@ -89,21 +89,9 @@ def build_data(b: StackBuilder, domain: str) -> None:
 def build_events(b: StackBuilder, domain: str) -> None:
     topic = b.topic(f"{domain}Events", display=f"{domain} domain events")
     dlq = b.queue(f"{domain}EventsDlq")
-    queue = b.queue(f"{domain}EventsQueue", dlq=dlq, cc_api=b.rng.random() < 0.3)
+    # All SDK types (no Cloud Control row): the demo creates them in its AWS and destroys them.
+    queue = b.queue(f"{domain}EventsQueue", dlq=dlq)
     b.subscription(topic, queue)
-    rule_lid = b.lid(f"{domain}NightlyRule")
-    b.add(
-        rule_lid,
-        "AWS::Events::Rule",
-        f"{b.stack[:30]}-{rule_lid[:20]}-{_suffix(b.rng, 12, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789')}",
-        {
-            "ScheduleExpression": "cron(0 2 * * ? *)",
-            "State": "ENABLED",
-            "Targets": [{"Arn": {"Ref": topic}, "Id": "Target0"}],
-        },
-        {"Arn": b.arn("events", f"rule/{rule_lid}")},
-        deps=[topic],
-    )
     out, alias = export_alias(b.stack, topic, "TopicArn")
     b.output(out, b.resources[topic]["physicalId"], alias)
     b.output("EventsTopicArn", b.resources[topic]["physicalId"])
@@ -158,8 +146,7 @@ def build_api(b: StackBuilder, domain: str, data: StackBuilder | None, events: S
         )
     policy = b.policy(role, statements)
     fn = b.function(f"{domain}Handler", role, env, deps=[policy, queue, param])
-    b.log_group(fn)
-    b.event_source(fn, queue)
+    b.log_group(fn, retain=False)
     b.output("HandlerFunctionArn", b.resources[fn]["attributes"]["Arn"])
     b.output("WorkQueueUrl", b.resources[queue]["physicalId"])
 
@@ -177,6 +164,16 @@ def build_analytics(b: StackBuilder, domain: str) -> None:
                 "Resource": [{"Fn::GetAtt": [bucket, "Arn"]}, {"Fn::Sub": "${" + bucket + ".Arn}/*"}],
             }
         ],
+    )
+    # The nightly crawl: an EventBridge rule, a type only Cloud Control deletes.
+    rule_lid = b.lid(f"{domain}NightlyCrawl")
+    b.add(
+        rule_lid,
+        "AWS::Events::Rule",
+        f"{b.stack[:30]}-{rule_lid[:20]}-{_suffix(b.rng, 12, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789')}",
+        {"ScheduleExpression": "cron(0 2 * * ? *)", "State": "ENABLED"},
+        {"Arn": b.arn("events", f"rule/{rule_lid}")},
+        deps=[role],
     )
     b.output("LakeBucketName", b.resources[bucket]["physicalId"])
 

@@ -293,12 +293,12 @@ class StackBuilder:
             {
                 "PolicyDocument": {"Version": "2012-10-17", "Statement": statements},
                 "PolicyName": name,
-                "Roles": [{"Ref": role}],
+                "Roles": [self.resources[role]["physicalId"]],  # resolved, as cdkd stores it
             },
             deps=[role],
         )
 
-    def log_group(self, function: str, days: int = 30) -> str:
+    def log_group(self, function: str, days: int = 30, *, retain: bool = True) -> str:
         lid = self.lid(f"{function[:-8]}/LogGroup")
         fn_name = self.resources[function]["physicalId"]
         name = f"/aws/lambda/{fn_name}"
@@ -309,7 +309,7 @@ class StackBuilder:
             {"LogGroupName": {"Fn::Sub": "/aws/lambda/${" + function + "}"}, "RetentionInDays": days},
             {"Arn": self.arn("logs", f"log-group:{name}:*")},
             deps=[function],
-            deletion="Retain",
+            deletion="Retain" if retain else "Delete",
             observed={"LogGroupName": name, "RetentionInDays": days, "Tags": []},
         )
 

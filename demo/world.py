@@ -26,6 +26,7 @@ from demo.accounts import (
 from demo.formats import cdkd_json
 from demo.kinds import DOMAINS, build_analytics, build_api, build_data, build_db, build_events
 from demo.records import StackBuilder, _AccountPlan, _Put
+from demo.resources import DESTROYABLE_KINDS, LiveStack, create_resources
 from demo.showcase import Showcase
 
 # Seeding
@@ -42,6 +43,9 @@ class _World(Showcase):
         self.interesting: dict[str, StackRef] = {}
         self.versions_seen: dict[int, StackRef] = {}
         self.exports: dict[tuple[str, str], dict[str, Any]] = {}  # (account, region) -> exports
+        self.live: list[LiveStack] = []  # healthy stacks whose AWS resources the demo creates
+        self.destroyable: list[StackRef] = []  # live stacks of a destroyable kind, not locked
+        self.last_saved: tuple[dict[str, Any], _Put] | None = None
 
     def note(self, name: str, spec: DemoAccountSpec, stack: str, region: str | None, key: str, note: str = "") -> None:
         self.interesting[name] = StackRef(spec.account_id, stack, region, key, note)
@@ -53,6 +57,7 @@ class _World(Showcase):
         plan = self.plans[b.account]
         record = b.state(last_modified or self.ago(b.rng, 0.5, 200))
         key = plan.put_state(record, b.stack, b.region)
+        self.last_saved = (record, plan.puts[-1])
         ref = StackRef(b.account, b.stack, b.region, key, note)
         self.versions_seen.setdefault(b.version, ref)
         # The region's exports index: Export.Name aliases only (what a v9+ rebuild publishes).
@@ -107,6 +112,9 @@ class _World(Showcase):
                         build_db(b, domain)
                     # A producer an importer binds to must publish its export names.
                     self.save(b)
+                    assert self.last_saved is not None
+                    record, put = self.last_saved
+                    self.live.append(LiveStack(b, record, kind, put))
                     count += 1
         return count
 
@@ -120,6 +128,12 @@ class _World(Showcase):
         self.exports_indexes()
         for name, ref in self.versions_seen.items():
             self.interesting.setdefault(f"version_{name}", ref)
+        locked = {(ref.account_id, ref.stack) for name, ref in self.interesting.items() if "lock" in name}
+        self.destroyable = [
+            StackRef(live.builder.account, live.builder.stack, live.builder.region, live.put.key, live.kind)
+            for live in self.live
+            if live.kind in DESTROYABLE_KINDS and (live.builder.account, live.builder.stack) not in locked
+        ]
         for plan in self.plans.values():
             summary = plan.summary
             assert summary is not None
@@ -192,6 +206,10 @@ def build_demo_world(
     world.build()
 
     get_session = sessions if callable(sessions) else sessions.__getitem__
+    # The AWS resources first: a subscription's ARN is AWS's to choose, and the record holds it.
+    created = create_resources(get_session, world.live)
+    for live in world.live:
+        live.put.body = cdkd_json(live.record)
     clients = {}
     for spec in DEMO_ACCOUNTS:
         s3 = _s3(get_session(spec.account_id), spec.bucket_region)
@@ -218,7 +236,13 @@ def build_demo_world(
             f.result()
 
     summaries = [p.summary for p in world.plans.values() if p.summary is not None]
-    return DemoWorld(accounts=summaries, interesting=world.interesting, seconds=time.monotonic() - started)
+    return DemoWorld(
+        accounts=summaries,
+        interesting=world.interesting,
+        seconds=time.monotonic() - started,
+        resources=created,
+        destroyable=world.destroyable,
+    )
 
 
 # --------------------------------------------------------------------------------------
