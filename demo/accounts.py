@@ -140,6 +140,16 @@ class DemoWorld:
     def state_records(self) -> int:
         return sum(a.state_records for a in self.accounts)
 
+    def count_planted(self, ref: StackRef, versions: int = 2) -> None:
+        """Count a record written after the seed (`plant_leaked_secrets`), so the summary
+        names what a sync will list."""
+        for a in self.accounts:
+            if a.account_id == ref.account_id:
+                a.state_records += 1
+                a.objects += versions
+                if ref.region:
+                    a.regions.add(ref.region)
+
     def describe(self) -> list[str]:
         """Short lines for the demo's start-up output."""
         lines = []

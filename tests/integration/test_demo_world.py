@@ -66,7 +66,7 @@ class Seeded:
 def seeded(aws: Any) -> Seeded:
     now = int(time.time() * 1000)
     started = time.monotonic()
-    world = build_demo_world(aws.account_session, now_ms=now)
+    world = build_demo_world(aws.account_session, now_ms=now, resources=False)  # AWS side: test_demo_destroy
     # "well under a minute" on a local moto server; generous for a loaded CI machine.
     assert time.monotonic() - started < 60
     return Seeded(aws, world, now)
