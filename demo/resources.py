@@ -29,7 +29,7 @@ from demo.records import StackBuilder
 # Succeeded with every row deleted.
 DESTROYABLE_KINDS = ("Events", "Api")
 
-_SESSION_LOCK = threading.Lock()  # Session.client is not thread-safe
+_SESSION_LOCK = threading.Lock()
 _CONFIG = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32)
 # moto validates inline policy documents; the record's own holds CloudFormation intrinsics.
 _POLICY = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"sqs:SendMessage","Resource":"*"}]}'
@@ -73,18 +73,34 @@ def _order(rows: dict[str, dict[str, Any]]) -> list[str]:
     return done
 
 
+class _Clients:
+    """One client per (account, service, region), shared by the threads: building a client
+    costs tens of milliseconds, and a client is thread-safe once built."""
+
+    def __init__(self, get_session: Callable[[str], boto3.Session]) -> None:
+        self.get_session = get_session
+        self._sessions: dict[str, boto3.Session] = {}  # one AssumeRole per account
+        self._cache: dict[tuple[str, str, str], Any] = {}
+
+    def __call__(self, account: str, service: str, region: str) -> Any:
+        key = (account, service, "us-east-1" if service == "iam" else region)
+        with _SESSION_LOCK:  # Session.client is not thread-safe
+            if key not in self._cache:
+                if account not in self._sessions:
+                    self._sessions[account] = self.get_session(account)
+                session = self._sessions[account]
+                self._cache[key] = session.client(service, region_name=key[2], config=_CONFIG)
+            return self._cache[key]
+
+
 class _Creator:
-    def __init__(self, session: boto3.Session, region: str) -> None:
-        self.session = session
+    def __init__(self, clients: _Clients, account: str, region: str) -> None:
+        self.clients = clients
+        self.account = account
         self.region = region
-        self._clients: dict[str, Any] = {}
 
     def client(self, service: str) -> Any:
-        if service not in self._clients:
-            region = "us-east-1" if service == "iam" else self.region
-            with _SESSION_LOCK:
-                self._clients[service] = self.session.client(service, region_name=region, config=_CONFIG)
-        return self._clients[service]
+        return self.clients(self.account, service, self.region)
 
     def create(self, live: LiveStack) -> int:
         """Create the stack's resources; returns how many. Rewrites AWS-chosen ids in `live.record`."""
@@ -168,8 +184,10 @@ def create_resources(get_session: Callable[[str], boto3.Session], stacks: list[L
     """Create every listed stack's resources (stacks in parallel, rows in dependency order);
     returns how many resources were created."""
 
+    clients = _Clients(get_session)
+
     def one(live: LiveStack) -> int:
-        return _Creator(get_session(live.builder.account), live.builder.region).create(live)
+        return _Creator(clients, live.builder.account, live.builder.region).create(live)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return sum(pool.map(one, stacks))
