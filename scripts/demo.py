@@ -217,7 +217,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.chdir(ROOT)
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT))  # first: `import demo` is the package at the root, not this script
     VAR.mkdir(exist_ok=True)
 
     say("cdkd Admin demo")
