@@ -160,7 +160,7 @@ def _assumed_session(access: AccountAccess, actor: str) -> boto3.Session:
             error = exc.response.get("Error", {})
             raise AccessDenied(
                 f"Could not assume role {access.role_arn} for account {access.account_id} "
-                f"(sts:AssumeRole): {error.get('Code', '?')}: {error.get('Message', '')}".rstrip(": ")
+                f"(sts:AssumeRole): {error.get('Code', '?')}: {error_message(exc, 'sts')}".rstrip(": ")
             ) from None
         except BotoCoreError as exc:
             raise EngineError(
@@ -245,7 +245,7 @@ def s3_error(
     error = exc.response.get("Error", {})
     code = str(error.get("Code", ""))
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    message = error.get("Message", "") or ""
+    message = error_message(exc, "s3")
     suffix = f": {message}" if message else ""
     if code == "NoSuchBucket":
         err: EngineError = BucketNotFound(f"State bucket {bucket} for account {account_id} does not exist ({api})")
@@ -264,6 +264,40 @@ def s3_error(
     else:
         err = EngineError(f"{what} failed: {code or status}{suffix}")
     return with_code(err, code or str(status), status)
+
+
+# An error body that is a page, not an AWS error (an HTML 500 from a proxy or a local
+# endpoint that does not serve the service): botocore pastes it whole into Message.
+_MARKUP = re.compile(r"^\s*<(?:!doctype|html|head|body|\?xml)\b", re.IGNORECASE)
+MAX_ERROR_MESSAGE = 300  # characters of AWS's message kept in an operation's message
+
+
+def error_code(exc: BaseException) -> str:
+    """AWS's error code of a ClientError; "" when the body named none (botocore then puts
+    the HTTP status there) and for anything that is not a ClientError."""
+    if not isinstance(exc, ClientError):
+        return ""
+    code = str(exc.response.get("Error", {}).get("Code", "") or "")
+    return "" if code.isdigit() else code
+
+
+def error_message(exc: BaseException, service: str = "") -> str:
+    """AWS's message, fit for a page and the audit: one line, at most MAX_ERROR_MESSAGE
+    characters, and never a markup page: "HTTP 500 from cloudcontrol (no error code)"."""
+    if not isinstance(exc, ClientError):
+        return bounded(str(exc))
+    message = str(exc.response.get("Error", {}).get("Message", "") or "")
+    if _MARKUP.match(message) or (not message.strip() and not error_code(exc)):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "error"
+        where = f" from {service}" if service else ""
+        return f"HTTP {status}{where}" + ("" if error_code(exc) else " (no error code)")
+    return bounded(message)
+
+
+def bounded(text: str, limit: int = MAX_ERROR_MESSAGE) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def with_code(err: EngineError, code: str, status: int | None = None) -> EngineError:

@@ -2,7 +2,7 @@
 (or `bash scripts/demo.sh`, which installs first).
 
 1. starts a moto server (S3 + STS) as a child process: the demo's AWS, gone when the demo stops;
-2. seeds three accounts' state buckets with a realistic cdkd world (engine.demo);
+2. seeds three accounts' state buckets with a realistic cdkd world (demo);
 3. migrates the database (DATABASE_URL, else SQLite at var/demo.sqlite3), sets the `admin`
    login to a fresh password, registers the accounts and runs a first sync;
 4. collects the static files and starts the worker (`manage.py cdkd worker`) and the web app
@@ -11,9 +11,10 @@
 Secrets: SECRET_KEY and CDKD_ENCRYPTION_KEYS (a Fernet key for the bodies stored in the
 database) from the environment if set, else generated once into var/ and reused by later runs.
 
-Redis: REDIS_URL if set; else a Redis answering on 127.0.0.1:6379 (database 15, which the
-demo empties); else a fakeredis TCP server inside this process, which the worker reaches
-over TCP like a real Redis. Ctrl-C stops every child.
+Redis: REDIS_URL if set; else a Redis answering on 127.0.0.1:6379 (database 15, the demo's
+own: emptied when the demo starts and again when it stops, so it leaves nothing behind);
+else a fakeredis TCP server inside this process, which the worker reaches over TCP like a
+real Redis. Ctrl-C stops every child.
 """
 
 from __future__ import annotations
@@ -158,6 +159,9 @@ def production_env() -> None:
     )
 
 
+DEMO_REDIS_URL = "redis://127.0.0.1:6379/15"  # the demo's own database when a local Redis answers
+
+
 def choose_redis(force_fake: bool = False) -> tuple[str, str, Any]:
     """(REDIS_URL, what to tell the user, a server object to stop or None)."""
     if os.environ.get("REDIS_URL") and not force_fake:
@@ -167,10 +171,12 @@ def choose_redis(force_fake: bool = False) -> tuple[str, str, Any]:
     try:
         if force_fake:
             raise redis.ConnectionError("fakeredis requested")
-        conn = redis.Redis.from_url("redis://127.0.0.1:6379/15", socket_connect_timeout=1)
+        conn = redis.Redis.from_url(DEMO_REDIS_URL, socket_connect_timeout=1)
         conn.ping()
-        conn.flushdb()  # database 15 is the demo's own: drop jobs left by an earlier run
-        return "redis://127.0.0.1:6379/15", "Redis at 127.0.0.1:6379, database 15", None
+        conn.flushdb()  # the demo's own database: drop jobs left by an earlier run
+        conn.close()
+        db = DEMO_REDIS_URL.rsplit("/", 1)[1]
+        return DEMO_REDIS_URL, f"Redis at 127.0.0.1:6379, database {db} (emptied when the demo stops)", None
     except redis.RedisError:
         pass
     try:
@@ -184,6 +190,24 @@ def choose_redis(force_fake: bool = False) -> tuple[str, str, Any]:
     return f"redis://127.0.0.1:{port}/0", f"fakeredis TCP server on 127.0.0.1:{port} (inside this process)", server
 
 
+def release_redis(url: str) -> bool:
+    """On stop: empty the demo's own Redis database (queues, jobs, the sync schedule, the
+    cache), so the demo leaves nothing behind. A REDIS_URL the user gave is left alone.
+    True when it emptied one."""
+    if url != DEMO_REDIS_URL:
+        return False
+    import redis
+
+    try:
+        conn = redis.Redis.from_url(url, socket_connect_timeout=1)
+        conn.flushdb()
+        conn.close()
+    except redis.RedisError as exc:
+        say(f"  note: could not empty {url}: {exc}")
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run the cdkd Admin demo.")
     parser.add_argument("--port", type=int, default=8000, help="web app port (another is picked if busy)")
@@ -193,13 +217,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.chdir(ROOT)
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT))  # first: `import demo` is the package at the root, not this script
     VAR.mkdir(exist_ok=True)
 
     say("cdkd Admin demo")
     production_env()
     children = Children()
     redis_server = None
+    redis_url = ""
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -244,7 +269,7 @@ def main() -> None:
         env.setdefault("CDKD_SYNC_INTERVAL", "120")  # the worker re-syncs every two minutes
 
         # -- Seed the world -------------------------------------------------------------------
-        from engine.demo import (
+        from demo import (
             DEMO_ACCOUNTS,
             LEAK_ACCOUNT,
             assumed_role_session,
@@ -253,10 +278,16 @@ def main() -> None:
         )
 
         world = build_demo_world(assumed_role_session)
+        leak = plant_leaked_secrets(assumed_role_session(LEAK_ACCOUNT))
+        world.count_planted(leak)  # the summary names what the sync will list
         say(f"  seeded     {world.state_records} stack records ({world.objects} objects) in {world.seconds:.1f} s:")
         for line in world.describe():
             say("               " + line)
-        leak = plant_leaked_secrets(assumed_role_session(LEAK_ACCOUNT))
+        say(
+            f"  AWS        {world.resources} resources the records describe, created in moto; "
+            f"{len(world.destroyable)} stacks destroy cleanly, e.g. "
+            + ", ".join(sorted({ref.stack for ref in world.destroyable if ref.account_id == LEAK_ACCOUNT})[:3])
+        )
         say(f"  secrets    {leak.stack} ({leak.account_id}) holds leaked secrets: scan and scrub it at /secrets/")
 
         # -- Django: schema, login, accounts, first sync --------------------------------------
@@ -352,7 +383,9 @@ def main() -> None:
         say()
         say("Stopping the demo ...")
     finally:
-        children.stop()
+        children.stop()  # first: the worker may still write as it finishes its job
+        if redis_url and release_redis(redis_url):
+            say(f"  Redis      emptied {redis_url}")
         if redis_server is not None:
             redis_server.shutdown()
             redis_server.server_close()

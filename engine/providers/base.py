@@ -153,16 +153,22 @@ class Clients:
 
 
 def error_code(exc: BaseException) -> str:
-    """AWS's error code of a ClientError ("" for anything else)."""
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", "") or "")
-    return ""
+    """AWS's error code of a ClientError ("" for anything else, and when the body named none)."""
+    return engine_aws.error_code(exc)
 
 
-def error_message(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Message", "") or "")
-    return str(exc)
+def error_message(exc: BaseException, service: str = "") -> str:
+    """AWS's message, one bounded line, never an HTML page (see `engine.aws.error_message`)."""
+    return engine_aws.error_message(exc, service)
+
+
+def service_of(ref: ResourceRef, action: str) -> str:
+    """The endpoint a call went to, for messages: `cloudcontrol:...` names it, else the type's
+    service (`AWS::SQS::Queue` -> sqs)."""
+    if ":" in action:
+        return action.split(":", 1)[0]
+    parts = ref.resource_type.split("::")
+    return parts[1].lower() if len(parts) == 3 else ""
 
 
 def request_id(exc: BaseException) -> str | None:
@@ -179,9 +185,9 @@ def describe(ref: ResourceRef, physical_id: str | None = None) -> str:
 
 def provider_error(ref: ResourceRef, action: str, exc: BaseException, *, what: str = "") -> ProviderError:
     """The ProviderError for a failed AWS call: who, which action, AWS's code and message."""
-    code = error_code(exc) or type(exc).__name__
-    detail = what or error_message(exc)
-    message = f"{describe(ref)}: {action} failed ({code})"
+    code = error_code(exc) or ("" if isinstance(exc, ClientError) else type(exc).__name__)
+    detail = what or error_message(exc, service_of(ref, action))
+    message = f"{describe(ref)}: {action} failed" + (f" ({code})" if code else "")
     if detail:
         message += f": {detail}"
     return ProviderError(message, aws_code=error_code(exc) or None, request_id=request_id(exc))
@@ -260,7 +266,7 @@ class SdkProvider:
             else:
                 raise provider_error(ref, self.action, exc) from None
         except BotoCoreError as exc:
-            raise ProviderError(f"{describe(ref, physical_id)}: {self.action} failed: {exc}") from None
+            raise ProviderError(f"{describe(ref, physical_id)}: {self.action} failed: {error_message(exc)}") from None
         log.info("%s: %s", describe(ref, physical_id), outcome)
         return outcome
 

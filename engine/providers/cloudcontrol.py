@@ -27,6 +27,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engine.aws import bounded
 from engine.providers.base import (
     DELETED,
     NOT_FOUND,
@@ -115,7 +116,7 @@ class CloudControlProvider:
                 return NOT_FOUND
             raise provider_error(ref, "cloudcontrol:DeleteResource", exc) from None
         except BotoCoreError as exc:
-            raise ProviderError(f"{describe(ref)}: cloudcontrol:DeleteResource failed: {exc}") from None
+            raise ProviderError(f"{describe(ref)}: cloudcontrol:DeleteResource failed: {bounded(str(exc))}") from None
         outcome = self._wait(cc, ref, event)
         log.info("%s: %s (Cloud Control)", describe(ref), outcome)
         return outcome
@@ -134,13 +135,13 @@ class CloudControlProvider:
                     return NOT_FOUND
                 raise ProviderError(
                     f"{describe(ref)}: Cloud Control delete FAILED ({code or 'no error code'}): "
-                    f"{event.get('StatusMessage') or 'no status message'} (request token {token})",
+                    f"{bounded(event.get('StatusMessage') or 'no status message')} (request token {token})",
                     aws_code=code,
                 )
             if status == "CANCEL_COMPLETE":
                 raise ProviderError(
                     f"{describe(ref)}: Cloud Control delete was cancelled (CANCEL_COMPLETE): "
-                    f"{event.get('StatusMessage') or 'no status message'} (request token {token})",
+                    f"{bounded(event.get('StatusMessage') or 'no status message')} (request token {token})",
                     aws_code=event.get("ErrorCode"),
                 )
             if self.clock() >= deadline:

@@ -1,4 +1,4 @@
-"""The demo world (engine.demo) seeded into a moto server: the stored bytes are cdkd's.
+"""The demo world (demo) seeded into a moto server: the stored bytes are cdkd's.
 
 Checks representative objects byte for byte: locks in cdkd's exact JSON, the legacy v1
 keys, nested children and their parent fields, the four S3 versions of the history record,
@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine.backend import StateBucket
-from engine.demo import (
+from demo import (
     DEMO_ACCOUNTS,
     PLATFORM_EU,
     PRODUCTION,
@@ -24,6 +23,7 @@ from engine.demo import (
     cdkd_json,
     plan_demo_world,
 )
+from engine.backend import StateBucket
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ class Seeded:
 def seeded(aws: Any) -> Seeded:
     now = int(time.time() * 1000)
     started = time.monotonic()
-    world = build_demo_world(aws.account_session, now_ms=now)
+    world = build_demo_world(aws.account_session, now_ms=now, resources=False)  # AWS side: test_demo_destroy
     # "well under a minute" on a local moto server; generous for a loaded CI machine.
     assert time.monotonic() - started < 60
     return Seeded(aws, world, now)
@@ -319,7 +319,7 @@ def test_plan_is_deterministic() -> None:
 
 
 def test_it_plants_a_stack_whose_secrets_the_scan_finds(aws):
-    from engine.demo import DEMO_ACCOUNTS, LEAK_ACCOUNT, plant_leaked_secrets
+    from demo import DEMO_ACCOUNTS, LEAK_ACCOUNT, plant_leaked_secrets
     from engine.keys import KeyLayout
     from engine.scrub import scan
 

@@ -171,7 +171,7 @@ def people(*accounts: Account) -> dict[str, User]:
 
 
 # --- demo-like leaks that the detectors catch before any scan ----------------------------------
-# Shaped like engine.demo.plant_leaked_secrets (`Prod-PaymentsLegacy`): plaintext written
+# Shaped like demo.plant_leaked_secrets (`Prod-PaymentsLegacy`): plaintext written
 # before cdkd masked it, under secret-bearing names and in credential shapes.
 
 LEAKY = "Payments"
