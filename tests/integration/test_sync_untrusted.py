@@ -104,14 +104,14 @@ def test_it_keeps_a_huge_version_read_only_and_explains_it(aws, prod):
     assert defect["path"] == "version" and "2147483648" in defect["message"]
 
 
-def test_it_warns_of_duplicate_keys_without_refusing_the_record(aws, prod):
+def test_it_names_duplicate_keys_as_a_defect(aws, prod):
     body = b'{"version": 11, "resources": {}, "outputs": {"A": 1, "A": 2}, "region": "us-east-1"}'
     aws.put(A1, BUCKET, state_key("Bad"), body)
 
     sync_ok(prod)
 
     bad = Stack.objects.get(stack_name="Bad")
-    assert codes(bad) == ["duplicate-key"] and not bad.has_defects
+    assert codes(bad) == ["duplicate-key"] and bad.has_defects
     assert bad.defects[0]["path"] == "outputs.A"
 
 
