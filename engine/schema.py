@@ -898,7 +898,7 @@ def _number_defects(data: dict[str, Any], where: _Where) -> list[Defect]:
                 "number-out-of-range",
                 "version",
                 f"`version` is {_short(version)}, far beyond any schema version ({SUPPORTED_VERSION} for current "
-                f"cdkd, and no schema has come near {INT_MAX}); cdkd refuses it as \"written by a newer cdkd\". "
+                f'cdkd, and no schema has come near {INT_MAX}); cdkd refuses it as "written by a newer cdkd". '
                 f"Set it to the schema the record was written with and upload the record as a new version; "
                 f"{where.show()}.",
             )

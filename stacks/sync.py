@@ -10,7 +10,6 @@ outside database transactions; only the main thread of each account writes to th
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -152,7 +151,7 @@ def _stack_fields(layout: KeyLayout, obj: StoredObject, now) -> tuple[dict, list
     if legacy:
         # A legacy key has no region segment: the body's region, when it is a string, is it.
         body_region = record.data.get("region") if isinstance(record.data, dict) else None
-        region = _text(body_region, 64) if isinstance(body_region, str) and body_region else None
+        region = (_text(body_region, 64) or None) if isinstance(body_region, str) else None
     rows = record.resource_rows()
     fields = {
         **_key_fields(layout, obj.key),
@@ -206,7 +205,9 @@ def _key_fields(layout: KeyLayout, key_text: str) -> dict:
     }
 
 
-def _stub_fields(layout: KeyLayout, key: str, info: ObjectInfo | StoredObject, defect: schema.Defect, now, *, etag: str) -> dict:
+def _stub_fields(
+    layout: KeyLayout, key: str, info: ObjectInfo | StoredObject, defect: schema.Defect, now, *, etag: str
+) -> dict:
     """A Stack row for a record the mirror could not hold in full: the key's columns, no
     resources, and the defect that says why. `etag` "" marks the row incomplete, so the
     next sync fetches the record again instead of calling it unchanged."""
@@ -275,7 +276,13 @@ def _stack(account: Account, key: str, fields: dict, stored: dict) -> Stack:
 
 
 def _apply_states(
-    account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now, *, stubs: dict | None = None
+    account: Account,
+    layout: KeyLayout,
+    objects: dict[str, StoredObject],
+    stored: dict,
+    now,
+    *,
+    stubs: dict | None = None,
 ) -> list[str]:
     """Create or update the Stack rows (and their resources) of the fetched records, a
     batch per transaction. A batch that fails is written again record by record; a record
@@ -311,7 +318,9 @@ def _apply_states(
                 logger.exception("record %s could not be stored", stack.key)
                 if stack.key not in stored:
                     stack.pk = None
-                fields = _stub_fields(layout, stack.key, stack_info(stack), not_mirrored_defect(stack.key, exc), now, etag="")
+                fields = _stub_fields(
+                    layout, stack.key, stack_info(stack), not_mirrored_defect(stack.key, exc), now, etag=""
+                )
                 try:
                     _write_stacks(account, [(_stack(account, stack.key, fields, stored), [])], stored)
                 except Exception:  # noqa: BLE001
@@ -400,6 +409,7 @@ def _lock_row(account: Account, layout: KeyLayout, key: str, obj: StoredObject, 
 
 def _too_large_lock(account: Account, layout: KeyLayout, key: str, info: ObjectInfo, stored: dict, now) -> Lock:
     parsed_key = layout.parse(key)
+    limit = schema.MAX_BODY_BYTES
     return Lock(
         pk=stored[key][0] if key in stored else None,
         account=account,
@@ -410,7 +420,7 @@ def _too_large_lock(account: Account, layout: KeyLayout, key: str, info: ObjectI
         s3_last_modified=info.last_modified,
         body=b"",
         readable=False,
-        error=f"lock.json is {info.size:,} bytes, over the {schema.MAX_BODY_BYTES:,} this app reads; it still blocks cdkd",
+        error=f"lock.json is {info.size:,} bytes, over the {limit:,} this app reads; it still blocks cdkd",
         synced_at=now,
     )
 
@@ -577,7 +587,9 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     for k in too_large:
         if k in listing.event_indexes or k in listing.event_streams:
             info = listed[k]
-            objects[k] = StoredObject(key=k, body=b"", etag=info.etag, version_id=None, last_modified=info.last_modified)
+            objects[k] = StoredObject(
+                key=k, body=b"", etag=info.etag, version_id=None, last_modified=info.last_modified
+            )
     result.errors.extend(f"{key}: {message}" for key, message in sorted(errors.items()))
 
     state_objs = {k: objects[k] for k in state_keys if k in objects}

@@ -26,7 +26,6 @@ from stacks.views import present
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.events import stack_runs
 
-
 # The inline JSON view shows at most this many bytes of the record; the download has all.
 JSON_INLINE_BYTES = 1024 * 1024
 # The outputs table shows at most this many rows (a record may hold thousands).
@@ -40,14 +39,18 @@ def render(request, template: str, context: dict, status: int = 200) -> HttpResp
     """`django.shortcuts.render`, but a string that is not UTF-8 (a lone surrogate from a
     record's `\\ud800`) is written as its escape rather than ending in a server error."""
     text = render_to_string(template, context, request)
-    return HttpResponse(text.encode("utf-8", "backslashreplace"), status=status, content_type="text/html; charset=utf-8")
+    return HttpResponse(
+        text.encode("utf-8", "backslashreplace"), status=status, content_type="text/html; charset=utf-8"
+    )
 
 
 def stack_warnings(stack: Stack, parsed: ParsedRecord) -> list[present.RecordWarning]:
     """The record's warnings; for a row the sync could not fill, the defect it stored."""
     stored = [d for d in stack.defects or [] if isinstance(d, dict) and d.get("code") in SYNC_DEFECTS]
     if stored and not bytes(stack.body):
-        return [present.RecordWarning(str(d.get("message", "")), str(d["code"]), str(d.get("path", ""))) for d in stored]
+        return [
+            present.RecordWarning(str(d.get("message", "")), str(d["code"]), str(d.get("path", ""))) for d in stored
+        ]
     return present.record_warnings(stack, parsed)
 
 

@@ -11,8 +11,8 @@ mirroring. vera is a viewer on the account. The counts are printed at the end (`
 from __future__ import annotations
 
 import itertools
-import os
 import json
+import os
 import time
 from collections import Counter
 from urllib.parse import quote
@@ -215,8 +215,13 @@ COUNTER = itertools.count()
 def prod(aws, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     aws.make_bucket(A1, BUCKET)
-    good = {"version": 11, "stackName": "Good", "region": REGION, "resources": {"Q": {"physicalId": "q",
-            "resourceType": "AWS::SQS::Queue", "properties": {}}}, "outputs": {}}
+    good = {
+        "version": 11,
+        "stackName": "Good",
+        "region": REGION,
+        "resources": {"Q": {"physicalId": "q", "resourceType": "AWS::SQS::Queue", "properties": {}}},
+        "outputs": {},
+    }
     aws.put(A1, BUCKET, f"cdkd/Good/{REGION}/state.json", json.dumps(good).encode())
     account = Account.objects.create(account_id=A1, name="prod", role_arn=f"arn:aws:iam::{A1}:role/cdkd-admin")
     user = User.objects.create_user("vera", password="pw")
@@ -259,7 +264,9 @@ def test_it_survives_any_damaged_file_through_sync_and_every_page(aws, prod, fil
     if files["lock"] is not None:
         objects[f"{base}/lock.json"] = files["lock"]
     if files["index"] is not None:
-        objects[f"{base}/deployments/index.json"] = files["index"].replace(b'"RUN"', json.dumps(files["run_id"]).encode())
+        objects[f"{base}/deployments/index.json"] = files["index"].replace(
+            b'"RUN"', json.dumps(files["run_id"]).encode()
+        )
     if files["stream"] is not None:
         objects[f"{base}/deployments/{files['run_id']}.jsonl"] = files["stream"]
     for key, body in objects.items():
@@ -274,14 +281,21 @@ def test_it_survives_any_damaged_file_through_sync_and_every_page(aws, prod, fil
     TOTALS["examples"] += 1
     TOTALS["accounts failed"] += bool(result.errors)
     assert result.errors == [], result.errors
-    assert list(Resource.objects.filter(stack__account=account, stack__stack_name="Good").values_list("logical_id", flat=True)) == ["Q"]
+    assert list(
+        Resource.objects.filter(stack__account=account, stack__stack_name="Good").values_list("logical_id", flat=True)
+    ) == ["Q"]
     stack = Stack.objects.get(account=account, key=f"{base}/state.json")
     assert bytes(stack.body) == files["state"]  # verbatim, however damaged
     stacks = list(Stack.objects.filter(account=account, stack_name__startswith=name))
     for each in stacks:
         for url in pages(account, each):
             started = time.monotonic()
-            response = client.get(url)
+            try:
+                response = client.get(url)
+            except Exception:
+                TOTALS["HTTP 500"] += 1  # the test client re-raises what the view raised
+                print(f"\nserver error on {url!r} with {files!r}"[:3000])
+                raise
             TOTALS["page ms " + url.split("/")[5 if url.startswith("/stacks") else 1].split("?")[0]] += int(
                 (time.monotonic() - started) * 1000
             )

@@ -36,7 +36,9 @@ def row(name: str, rtype: str = "AWS::SQS::Queue") -> dict:
 @pytest.fixture
 def prod(aws):
     aws.make_bucket(A1, BUCKET)
-    aws.put(A1, BUCKET, "cdkd/Shop/us-east-1/state.json", record("Shop", {"Child": row("c", "AWS::CloudFormation::Stack")}))
+    aws.put(
+        A1, BUCKET, "cdkd/Shop/us-east-1/state.json", record("Shop", {"Child": row("c", "AWS::CloudFormation::Stack")})
+    )
     aws.put(
         A1,
         BUCKET,

@@ -63,7 +63,11 @@ def codes(stack: Stack) -> list[str]:
 
 BAD_STATES = [
     ("version-2^31", json.dumps(record("Bad", version=2**31)).encode(), "number-out-of-range"),
-    ("version-1.5e10", json.dumps(record("Bad")).replace('"version": 11', '"version": 1.5e10').encode(), "number-out-of-range"),
+    (
+        "version-1.5e10",
+        json.dumps(record("Bad")).replace('"version": 11', '"version": 1.5e10').encode(),
+        "number-out-of-range",
+    ),
     ("lastModified-2^63", json.dumps(record("Bad", lastModified=2**63)).encode(), "number-out-of-range"),
     ("lastModified-1e300", json.dumps(record("Bad", lastModified=1e300)).encode(), "number-out-of-range"),
     ("nan-literal", b'{"version": 11, "resources": {}, "lastModified": NaN}', "not-json"),
@@ -116,7 +120,9 @@ def test_it_names_duplicate_keys_as_a_defect(aws, prod):
 
 
 def test_it_stores_a_lone_surrogate_logical_id_without_failing(aws, prod):
-    aws.put(A1, BUCKET, state_key("Bad"), b'{"version": 11, "resources": {"\\ud800x": ' + json.dumps(row()).encode() + b"}}")
+    aws.put(
+        A1, BUCKET, state_key("Bad"), b'{"version": 11, "resources": {"\\ud800x": ' + json.dumps(row()).encode() + b"}}"
+    )
 
     sync_ok(prod)
 
@@ -198,3 +204,15 @@ def test_it_marks_an_event_index_nested_too_deep(aws, prod):
     sync_ok(prod)
 
     assert "deep" in EventIndex.objects.get(key=events_key("Bad", "index.json")).error
+
+
+def test_it_shows_a_lock_nested_10000_deep_as_unreadable_in_state_show(aws, prod):
+    from stacks.records import read_record
+
+    aws.put(A1, BUCKET, state_key("Bad"), json.dumps(record("Bad")).encode())
+    aws.put(A1, BUCKET, lock_key("Bad"), b"[" * 10_000 + b"]" * 10_000)
+    sync_ok(prod)
+
+    shown = read_record(Account.objects.get(pk=prod.pk), "Bad", "us-east-1", actor="test").as_json()
+
+    assert shown["lock"]["unreadable"] is True and shown["state"]["stackName"] == "Bad"
