@@ -167,6 +167,14 @@ def changes(
     )
 
 
+def _storable_key(parsed) -> bool:
+    """A key whose stack name and region the run rows hold exactly (a region segment of 65
+    characters is no region; a row keyed by a cut name would not be found again)."""
+    if parsed is None or parsed.stack_name is None or parsed.region is None:
+        return False
+    return text(parsed.stack_name, 1024) == parsed.stack_name and text(parsed.region, 64) == parsed.region
+
+
 def _existing_runs(account: Account, groups: set[Group]) -> dict[RunKey, DeploymentRun]:
     names = sorted({name for name, _ in groups})
     found: dict[RunKey, DeploymentRun] = {}
@@ -188,7 +196,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
     index_writes: dict[Group, tuple[str, str, str]] = {}
     for key, obj in found.index_objects.items():
         parsed = layout.parse(key)
-        if parsed is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed):
             continue
         group = (parsed.stack_name, parsed.region)
         if not obj.body and obj.key in found.too_large:
@@ -209,7 +217,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
         groups.add(group)
     for key in found.gone_indexes:
         parsed = layout.parse(key)
-        if parsed is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed):
             continue
         group = (parsed.stack_name, parsed.region)
         if group not in index_rows:
@@ -220,7 +228,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
     new_streams: dict[RunKey, tuple[str, str, list[dict]]] = {}
     for key, obj in found.stream_objects.items():
         parsed = layout.parse(key)
-        if parsed is None or parsed.run_id is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed) or parsed.run_id is None:
             continue
         if not storable_run_id(parsed.run_id):
             continue
@@ -230,7 +238,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
     gone_streams: set[RunKey] = set()
     for key in found.gone_streams:
         parsed = layout.parse(key)
-        if parsed is None or parsed.run_id is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed) or parsed.run_id is None:
             continue
         gone_streams.add((parsed.stack_name, parsed.region, parsed.run_id))
         groups.add((parsed.stack_name, parsed.region))

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET
 from engine.schema import ParsedRecord, parse_state
 from stacks.access import get_stack_or_404, has_role
 from stacks.forms import ResourceFilterForm
-from stacks.models import Lock, Role, SecretFinding, Stack, now_ms
+from stacks.models import EventIndex, Lock, Role, SecretFinding, Stack, now_ms
 from stacks.secretmask import masked_body
 from stacks.views import present
 from stacks.views.common import AuthedRequest, is_partial
@@ -102,9 +102,18 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
         children=stack.children.select_related("account").order_by("stack_name", "region"),
         can_operate=has_role(request.user, stack.account, Role.OPERATOR),
         runs=stack_runs(stack),
+        index_error=_event_index_error(stack),
         secrets=secret_counts(stack),
     )
     return render(request, "stacks/stack.html", context)
+
+
+def _event_index_error(stack: Stack) -> str:
+    """Why the stack's deployments/index.json could not be read, or "" (one query)."""
+    if stack.legacy or not stack.region:
+        return ""
+    found = EventIndex.objects.filter(account=stack.account_id, stack_name=stack.stack_name, region=stack.region)
+    return found.exclude(error="").values_list("error", flat=True).first() or ""
 
 
 def secret_counts(stack: Stack) -> dict[str, int]:

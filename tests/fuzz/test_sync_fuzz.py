@@ -241,6 +241,7 @@ def pages(account: Account, stack: Stack) -> list[str]:
     for logical_id in Resource.objects.filter(stack=stack).values_list("logical_id", flat=True)[:3]:
         urls.append(base + f"resources/{quote(logical_id, safe='')}/")
     urls.append(f"/events/?account={A1}&stack={quote(stack.stack_name)}")
+    urls += [f"/stacks/?q={quote(stack.stack_name)}", "/stacks/tree/?defects=yes", f"/events/?account={A1}"]
     for run in DeploymentRun.objects.filter(account=account, stack_name=stack.stack_name):
         run_url = f"/events/{A1}/{run.region}/{quote(run.stack_name, safe='')}/{quote(run.run_id, safe='')}/"
         urls += [run_url, run_url + "?format=csv", run_url + "?format=json"]

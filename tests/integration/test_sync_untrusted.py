@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 
-from stacks.models import Account, DeploymentEvent, DeploymentRun, EventIndex, Lock, Resource, Stack
+from stacks.models import Account, DeploymentEvent, DeploymentRun, EventIndex, Lock, Membership, Resource, Stack
 from stacks.sync import sync_account
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -204,6 +206,16 @@ def test_it_marks_an_event_index_nested_too_deep(aws, prod):
     sync_ok(prod)
 
     assert "deep" in EventIndex.objects.get(key=events_key("Bad", "index.json")).error
+    aws.put(A1, BUCKET, state_key("Bad"), json.dumps(record("Bad")).encode())
+    sync_ok(prod)
+    vera = User.objects.create_user("vera", password="pw")
+    Membership.objects.create(user=vera, account=prod, role="viewer")
+    client = Client()
+    client.force_login(vera)
+
+    page = client.get(f"/stacks/{A1}/us-east-1/Bad/")
+
+    assert page.status_code == 200 and b'data-code="event-index-unreadable"' in page.content
 
 
 def test_it_shows_a_lock_nested_10000_deep_as_unreadable_in_state_show(aws, prod):
@@ -216,3 +228,17 @@ def test_it_shows_a_lock_nested_10000_deep_as_unreadable_in_state_show(aws, prod
     shown = read_record(Account.objects.get(pk=prod.pk), "Bad", "us-east-1", actor="test").as_json()
 
     assert shown["lock"]["unreadable"] is True and shown["state"]["stackName"] == "Bad"
+
+
+def test_it_survives_a_region_segment_longer_than_any_region(aws, prod):
+    region = "r" * 70
+    aws.put(A1, BUCKET, f"cdkd/Bad/{region}/state.json", json.dumps(record("Bad", region=region)).encode())
+    aws.put(A1, BUCKET, f"cdkd/Bad/{region}/lock.json", json.dumps({"owner": "ci", "expiresAt": FUTURE}).encode())
+    aws.put(A1, BUCKET, f"cdkd/Bad/{region}/deployments/index.json", json.dumps({"runs": [{"runId": RUN}]}).encode())
+    aws.put(A1, BUCKET, f"cdkd/Bad/{region}/deployments/{RUN}.jsonl", b'{"eventType": "RUN_STARTED"}\n')
+
+    sync_ok(prod)
+
+    bad = Stack.objects.get(stack_name="Bad")
+    assert bad.key == f"cdkd/Bad/{region}/state.json" and len(bad.region) == 64
+    assert Lock.objects.get(stack_name="Bad").stack == bad
