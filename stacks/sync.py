@@ -55,7 +55,7 @@ class AccountResult:
     account: str
     bucket: str = ""
     listed: int = 0  # state.json records listed
-    fetched: int = 0  # records downloaded
+    fetched: int = 0  # records downloaded (or, over the size bound, recorded as too large)
     unchanged: int = 0  # records skipped because their ETag was unchanged
     removed: int = 0  # records dropped from the mirror
     errors: list[str] = field(default_factory=list)
