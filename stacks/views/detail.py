@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 
 from engine.schema import ParsedRecord, parse_state
 from stacks.access import get_stack_or_404, has_role
+from stacks.columns import utf8_safe
 from stacks.forms import ResourceFilterForm
 from stacks.models import EventIndex, Lock, Role, SecretFinding, Stack, now_ms
 from stacks.secretmask import masked_body
@@ -76,6 +77,9 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
     page = Paginator(rows, present.RESOURCES_PER_PAGE).get_page(request.GET.get("page"))
     raw = present.raw_resources(parsed)
     page_rows = [present.resource_row(lid, row, raw.get(lid), page_of) for lid, row in page.object_list]
+    for row in page_rows:
+        # A URL holds UTF-8 only: a lone surrogate in a logical id is linked as U+FFFD.
+        row.url_id = utf8_safe(row.logical_id)
     context = {
         "stack": stack,
         "parsed": parsed,
@@ -135,7 +139,11 @@ def stack_resource(
     parsed = parse_stack(stack)
     rows = dict(parsed.resource_rows())
     if logical_id not in rows:
-        raise Http404("No such resource in this record")
+        # The link of a logical id holding a lone surrogate names it with U+FFFD instead.
+        matches = [lid for lid in rows if utf8_safe(lid) == logical_id]
+        if len(matches) != 1:
+            raise Http404("No such resource in this record")
+        logical_id = matches[0]
     row = present.resource_row(logical_id, rows[logical_id], present.raw_resources(parsed).get(logical_id), {})
     context = {"stack": stack, "r": row}
     template = "stacks/resource.html#details" if is_partial(request) else "stacks/resource.html"

@@ -148,6 +148,9 @@ INDEX_DEFAULTS = {
     "eventCount": b"2",
     "lastModified": b"1795955307315",
 }
+# Stack names hold any character S3 keys hold except `/` (not control characters: moto
+# cannot list those).
+NAME_SUFFIXES = ["", "", "", " spaced", "-\u00fcn\u00ef", "<b>x</b>", "%41&q=1", "\u202egnp.exe", "#?", "~"]
 RUN_IDS = ["20261129T122811123Z-f37f3ced", "20260230T000000000Z-x", "not-a-time", "99991231T235959999Z-ffffffff"]
 KEY_SLOTS = {"key"}
 
@@ -204,6 +207,7 @@ world = st.fixed_dictionaries(
         "index": st.none() | damaged(filled(INDEX, INDEX_DEFAULTS)),
         "stream": st.none() | stream_lines.map(lambda lines: b"\n".join(lines) + b"\n"),
         "run_id": st.sampled_from(RUN_IDS),
+        "suffix": st.sampled_from(NAME_SUFFIXES),
     }
 )
 
@@ -257,7 +261,7 @@ def pages(account: Account, stack: Stack) -> list[str]:
 @given(files=world)
 def test_it_survives_any_damaged_file_through_sync_and_every_page(aws, prod, files):
     account, client = prod
-    name = f"F{next(COUNTER)}"
+    name = f"F{next(COUNTER)}{files['suffix']}"
     base = f"cdkd/{name}/{REGION}"
     objects = {f"{base}/state.json": files["state"]}
     if files["child"] is not None:

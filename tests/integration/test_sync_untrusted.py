@@ -59,6 +59,15 @@ def sync_ok(account: Account):
     return result
 
 
+def viewer(account: Account) -> Client:
+    """vera, a viewer on the account, logged in."""
+    vera = User.objects.create_user("vera", password="pw")
+    Membership.objects.create(user=vera, account=account, role="viewer")
+    client = Client()
+    client.force_login(vera)
+    return client
+
+
 def codes(stack: Stack) -> list[str]:
     return [d["code"] for d in stack.defects]
 
@@ -130,6 +139,11 @@ def test_it_stores_a_lone_surrogate_logical_id_without_failing(aws, prod):
 
     [resource] = Resource.objects.filter(stack__stack_name="Bad")
     assert resource.logical_id == "\ufffdx"
+    client = viewer(prod)
+    page = client.get(f"/stacks/{A1}/us-east-1/Bad/")
+    assert page.status_code == 200 and b"\\ud800x" in page.content  # shown as its escape
+    one = client.get(f"/stacks/{A1}/us-east-1/Bad/resources/%EF%BF%BDx/")  # the link a long list gives it
+    assert one.status_code == 200 and b"AWS::SQS::Queue" in one.content
 
 
 BAD_LOCKS = [
@@ -208,10 +222,7 @@ def test_it_marks_an_event_index_nested_too_deep(aws, prod):
     assert "deep" in EventIndex.objects.get(key=events_key("Bad", "index.json")).error
     aws.put(A1, BUCKET, state_key("Bad"), json.dumps(record("Bad")).encode())
     sync_ok(prod)
-    vera = User.objects.create_user("vera", password="pw")
-    Membership.objects.create(user=vera, account=prod, role="viewer")
-    client = Client()
-    client.force_login(vera)
+    client = viewer(prod)
 
     page = client.get(f"/stacks/{A1}/us-east-1/Bad/")
 
