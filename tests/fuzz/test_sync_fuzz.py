@@ -150,7 +150,7 @@ INDEX_DEFAULTS = {
 }
 # Stack names hold any character S3 keys hold except `/` (not control characters: moto
 # cannot list those).
-NAME_SUFFIXES = ["", "", "", " spaced", "-\u00fcn\u00ef", "<b>x</b>", "%41&q=1", "\u202egnp.exe", "#?", "~"]
+NAME_SUFFIXES = ["", "", "", " spaced", "-\u00fcn\u00ef", "<b>x&amp;", "%41&q=1", "\u202egnp.exe", "#?", "~"]
 RUN_IDS = ["20261129T122811123Z-f37f3ced", "20260230T000000000Z-x", "not-a-time", "99991231T235959999Z-ffffffff"]
 KEY_SLOTS = {"key"}
 
