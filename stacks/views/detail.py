@@ -92,6 +92,7 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
     if is_partial(request) and request.htmx.target == "resources":
         return render(request, "stacks/stack.html#resources", context)
     outputs = present.output_rows(parsed)
+    runs = stack_runs(stack)
     context.update(
         warnings=stack_warnings(stack, parsed),
         lock=present.lock_view(Lock.objects.filter(stack=stack).first(), now_ms()),
@@ -105,16 +106,17 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
         parent=stack.parent,
         children=stack.children.select_related("account").order_by("stack_name", "region"),
         can_operate=has_role(request.user, stack.account, Role.OPERATOR),
-        runs=stack_runs(stack),
-        index_error=_event_index_error(stack),
+        runs=runs,
+        index_error=_event_index_error(stack, runs),
         secrets=secret_counts(stack),
     )
     return render(request, "stacks/stack.html", context)
 
 
-def _event_index_error(stack: Stack) -> str:
-    """Why the stack's deployments/index.json could not be read, or "" (one query)."""
-    if stack.legacy or not stack.region:
+def _event_index_error(stack: Stack, runs: list) -> str:
+    """Why the stack's deployments/index.json could not be read, or "". Asked (one query)
+    only when the stack has runs and none of them comes from the index."""
+    if stack.legacy or not stack.region or not runs or any(run.in_index for run in runs):
         return ""
     found = EventIndex.objects.filter(account=stack.account_id, stack_name=stack.stack_name, region=stack.region)
     return found.exclude(error="").values_list("error", flat=True).first() or ""

@@ -216,6 +216,7 @@ def test_it_mirrors_damaged_event_streams_and_indexes(aws, prod):
 
 def test_it_marks_an_event_index_nested_too_deep(aws, prod):
     aws.put(A1, BUCKET, events_key("Bad", "index.json"), b'{"runs": ' + b"[" * 10_000 + b"]" * 10_000 + b"}")
+    aws.put(A1, BUCKET, events_key("Bad", f"{RUN}.jsonl"), b'{"eventType": "RUN_STARTED", "command": "deploy"}\n')
 
     sync_ok(prod)
 
