@@ -28,6 +28,9 @@ from stacks.models import Account, DeploymentEvent, DeploymentRun, EventIndex, O
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+# Event rows mirrored per run at most (the run's summary still counts every event): a
+# stream near the size bound holds ~1M tiny lines, too many rows to build at once.
+MAX_EVENTS_PER_RUN = 100_000
 RunKey = tuple[str, str, str]  # (stack_name, region, run_id)
 Group = tuple[str, str]  # (stack_name, region)
 
@@ -334,7 +337,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
             DeploymentEvent.objects.filter(run_id__in=replaced[start : start + BATCH]).delete()
         rows = []
         for run_key, stream_events in replace_events.items():
-            for seq, event in enumerate(stream_events):
+            for seq, event in enumerate(stream_events[:MAX_EVENTS_PER_RUN]):
                 row = event_row(seq, event)
                 row.run_id = by_key[run_key]
                 rows.append(row)

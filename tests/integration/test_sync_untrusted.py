@@ -254,3 +254,16 @@ def test_it_survives_a_region_segment_longer_than_any_region(aws, prod):
     bad = Stack.objects.get(stack_name="Bad")
     assert bad.key == f"cdkd/Bad/{region}/state.json" and len(bad.region) == 64
     assert Lock.objects.get(stack_name="Bad").stack == bad
+
+
+def test_it_mirrors_at_most_a_bounded_number_of_events_per_run(aws, prod, monkeypatch):
+    from stacks import eventsync
+
+    monkeypatch.setattr(eventsync, "MAX_EVENTS_PER_RUN", 3)
+    lines = [{"eventType": "RUN_STARTED", "command": "deploy"}] + [{"eventType": "RESOURCE_STARTED"}] * 4
+    aws.put(A1, BUCKET, events_key("Bad", f"{RUN}.jsonl"), "".join(json.dumps(line) + "\n" for line in lines))
+
+    sync_ok(prod)
+
+    run = DeploymentRun.objects.get(run_id=RUN)
+    assert run.event_count == 5 and run.events.count() == 3
