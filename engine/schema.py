@@ -629,12 +629,29 @@ class ParsedRecord:
 
     raw: bytes
     data: Any  # the decoded JSON value (None if not JSON)
-    state: StackState | None  # None when the body is not a JSON object
+    state_text: str | None = field(default=None, repr=False)  # the JSON text `state` is built from
     defects: list[Defect] = field(default_factory=list)
     version: int | None = None
     key_region: str | None = None
     body_region_kind: str | None = None  # set when the body's region disagrees with the key's
     warnings: list[Defect] = field(default_factory=list)  # shown, never blocking
+    _state: StackState | None = field(default=None, init=False, repr=False)
+    _state_built: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def state(self) -> StackState | None:
+        """An independent model of the record (edit it, pass it to `dump_state`); None when
+        the body is not a JSON object. Built on first use: pages never need it, and for a
+        20 MB record it is a second parse."""
+        if not self._state_built:
+            self._state_built = True
+            if self.state_text is not None:
+                self._state = StackState.model_validate(json.loads(self.state_text, parse_constant=_reject_constant))
+        return self._state
+
+    @state.setter
+    def state(self, value: StackState | None) -> None:
+        self._state, self._state_built = value, True
 
     @property
     def newer_than_supported(self) -> bool:
@@ -945,17 +962,16 @@ def parse_state(body: bytes, *, key_region: str | None = None, stack_name: str |
         return ParsedRecord(
             raw=body,
             data=None,
-            state=None,
             key_region=key_region,
             defects=[_unreadable_defect(decoded, where)],
         )
-    record = ParsedRecord(raw=body, data=data, state=None, key_region=key_region)
+    record = ParsedRecord(raw=body, data=data, key_region=key_region)
     if not isinstance(data, dict):
         record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy)
         return record
-    # An independent copy, so edits to `state` never change what `data` says was stored
-    # (the text is known to be within the bounds now).
-    record.state = StackState.model_validate(json.loads(decoded.text, parse_constant=_reject_constant))
+    # `state` is an independent copy, built on first use from the text (known to be within
+    # the bounds now), so edits to it never change what `data` says was stored.
+    record.state_text = decoded.text
     if "version" in data:
         verdict, number = _version_verdict(data["version"])
         record.version = number if verdict != "invalid" else None
