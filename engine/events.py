@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import EngineError, NotFound, PreconditionFailed
 from engine.keys import EVENT_STREAM_SUFFIX, KeyLayout, new_run_id
-from engine.schema import js_stringify
+from engine.schema import decode_json, js_stringify
 
 if TYPE_CHECKING:
     from engine.backend import StateBucket
@@ -96,11 +96,13 @@ def parse_run_index(body: bytes) -> list[RunSummary]:
     JSON, has no `runs` array (the caller then falls back to the streams, as
     `cdkd events` does), or declares an `indexVersion` newer than 1.
     """
-    try:
-        text = body.decode("utf-8-sig") if isinstance(body, bytes | bytearray) else str(body)
-        data = _loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"deployments index is not valid JSON: {exc}") from exc
+    raw = bytes(body) if isinstance(body, bytes | bytearray) else str(body).encode("utf-8", "surrogatepass")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    decoded = decode_json(raw)  # bounded in size and depth, never raising
+    if decoded.code is not None:
+        raise ValueError(f"deployments index is not valid JSON: {decoded.reason}")
+    data = decoded.value
     if not isinstance(data, dict):
         raise ValueError(f"deployments index is not a JSON object (got {type(data).__name__})")
     version = data.get("indexVersion")
@@ -141,10 +143,10 @@ def parse_event_stream(body: bytes) -> list[dict]:
         line = raw_line.decode("utf-8", errors="replace").strip().strip("\ufeff").strip()
         if not line:
             continue
-        try:
-            event = _loads(line)
-        except (ValueError, RecursionError):
+        decoded = decode_json(line.encode("utf-8"))  # a line nested too deep is skipped, like a torn one
+        if decoded.code is not None:
             continue
+        event = decoded.value
         if isinstance(event, dict):
             events.append(event)
     return events

@@ -32,6 +32,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import accumulate
 from json.encoder import encode_basestring  # type: ignore[attr-defined]  # JSON.stringify's string quoting
 from typing import Any
 
@@ -69,7 +70,8 @@ class Defect:
 
 
 # Defect codes (stable strings). Blocking (in ParsedRecord.defects, refused by dump_state):
-#   not-json, root-not-object, version-invalid, resources-missing, resources-malformed,
+#   not-json, too-large, too-deep, root-not-object, version-invalid, number-out-of-range,
+#   duplicate-key, resources-missing, resources-malformed,
 #   resource-row-malformed, resource-properties-malformed, resource-attributes-malformed,
 #   outputs-malformed, orphans-malformed, orphan-record-malformed, export-names-malformed
 # Non-blocking (in ParsedRecord.warnings, shown but never refused):
@@ -496,6 +498,8 @@ def _resources_defects(data: dict[str, Any], where: _Where) -> list[Defect]:
                 )
             )
             continue  # dropped rows are reported once, before the properties check
+        if _is_object(row.get("properties")) and ("attributes" not in row or _is_object(row["attributes"])):
+            continue  # healthy: no repair advice to word (20,000 rows must stay cheap)
         tail = f"{_BLOCKS}. {where.ways_out(resource=logical_id)}"
         defects += _row_map_defects(row, path, "resource-properties-malformed", "resource-attributes-malformed", tail)
     return defects
@@ -656,12 +660,29 @@ class ParsedRecord:
 
     raw: bytes
     data: Any  # the decoded JSON value (None if not JSON)
-    state: StackState | None  # None when the body is not a JSON object
+    state_text: str | None = field(default=None, repr=False)  # the JSON text `state` is built from
     defects: list[Defect] = field(default_factory=list)
     version: int | None = None
     key_region: str | None = None
     body_region_kind: str | None = None  # set when the body's region disagrees with the key's
     warnings: list[Defect] = field(default_factory=list)  # shown, never blocking
+    _state: StackState | None = field(default=None, init=False, repr=False)
+    _state_built: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def state(self) -> StackState | None:
+        """An independent model of the record (edit it, pass it to `dump_state`); None when
+        the body is not a JSON object. Built on first use: pages never need it, and for a
+        20 MB record it is a second parse."""
+        if not self._state_built:
+            self._state_built = True
+            if self.state_text is not None:
+                self._state = StackState.model_validate(json.loads(self.state_text, parse_constant=_reject_constant))
+        return self._state
+
+    @state.setter
+    def state(self, value: StackState | None) -> None:
+        self._state, self._state_built = value, True
 
     @property
     def newer_than_supported(self) -> bool:
@@ -755,9 +776,10 @@ class ParsedRecord:
         return stack, logical_id, region if isinstance(region, str) else None
 
     def last_modified_ms(self) -> int | None:
-        """`lastModified` as epoch ms, or None when missing or not a finite number."""
+        """`lastModified` as epoch ms, or None when missing, not a finite number, or beyond
+        what a bigint holds (a `number-out-of-range` defect)."""
         _, value = self._get("lastModified")
-        return int(value) if _finite(value) else None
+        return int(value) if in_range(value, BIGINT_MAX) else None
 
     def stack_name(self) -> str | None:
         """The body's `stackName` when a string (the key's name is what counts)."""
@@ -790,20 +812,171 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _decode(body: bytes) -> tuple[Any, str | None]:
-    """(value, None) or (None, why it is not JSON)."""
+# Bounds on what is decoded at all. cdkd's own records stay far below both; beyond them a
+# body is a defect, never a parse that could exhaust memory, time or the stack.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_DEPTH = 200  # nested arrays/objects; pydantic, jsonb and the templates all recurse
+
+# The largest values the mirror's integer columns hold (PostgreSQL integer and bigint).
+INT_MAX = 2**31 - 1
+BIGINT_MAX = 2**63 - 1
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = tuple(1 if b in b"[{" else -1 for b in range(256))
+
+
+def nesting_depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects in a JSON text, without parsing it and
+    without recursion: strings are cut out (their brackets do not count), then the brackets
+    that are left are summed. Linear in the size of the body."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return 0  # cannot be deeper than the bound: skip the scan
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+@dataclass
+class Decoded:
+    """A body decoded under the bounds: `value`, or `code` (too-large, too-deep, not-json)
+    with `reason` saying why. `duplicates` are the paths of keys that appear more than once
+    in one object (JSON.parse and json.loads both keep the last)."""
+
+    value: Any = None
+    code: str | None = None
+    reason: str | None = None
+    duplicates: list[str] = field(default_factory=list)
+    text: str = ""
+
+
+def decode_json(body: bytes, *, max_bytes: int = MAX_BODY_BYTES, max_depth: int = MAX_DEPTH) -> Decoded:
+    """Decode an untrusted JSON body as JSON.parse would, bounded in size and depth. Never
+    raises: every failure becomes a `code` and a `reason`."""
+    if len(body) > max_bytes:
+        return Decoded(code="too-large", reason=f"it is {len(body):,} bytes, over the {max_bytes:,} this app reads")
     try:
-        text = body.decode("utf-8")
+        text = bytes(body).decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, f"it is not UTF-8 text (invalid byte at offset {exc.start})"
+        return Decoded(code="not-json", reason=f"it is not UTF-8 text (invalid byte at offset {exc.start})")
+    if text.startswith("\ufeff"):
+        return Decoded(
+            code="not-json",
+            reason="it starts with a UTF-8 byte order mark (EF BB BF), which JSON.parse refuses; remove those 3 bytes",
+        )
+    depth = nesting_depth(bytes(body))
+    if depth > max_depth:
+        return Decoded(code="too-deep", reason=f"it nests {depth:,} levels deep, over the {max_depth} this app reads")
+    seen_twice: dict[int, list[str]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            counts: dict[str, int] = {}
+            for k, _ in items:
+                counts[k] = counts.get(k, 0) + 1
+            seen_twice[id(obj)] = [k for k, n in counts.items() if n > 1]
+        return obj
+
     try:
-        return json.loads(text, parse_constant=_reject_constant), None
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        return Decoded(code="not-json", reason=f"{exc.msg} at line {exc.lineno} column {exc.colno}")
     except RecursionError:
-        return None, "it nests too deeply to read"
-    except ValueError as exc:
-        if isinstance(exc, json.JSONDecodeError):
-            return None, f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-        return None, str(exc)
+        return Decoded(code="too-deep", reason="it nests too deeply to read")
+    except Exception as exc:  # noqa: BLE001 - e.g. an integer of more than 4300 digits
+        return Decoded(code="not-json", reason=str(exc)[:200] or type(exc).__name__)
+    duplicates = _duplicate_paths(value, seen_twice) if seen_twice else []
+    return Decoded(value=value, duplicates=duplicates, text=text)
+
+
+def _duplicate_paths(value: Any, seen_twice: dict[int, list[str]]) -> list[str]:
+    """Where the duplicated keys are (`outputs.A`), found without recursion."""
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack and len(found) < 20:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            found += [f"{path}.{k}" if path else k for k in seen_twice.get(id(node), [])]
+            stack += [(f"{path}.{k}" if path else k, v) for k, v in node.items() if isinstance(v, dict | list)]
+        elif isinstance(node, list):
+            stack += [(f"{path}[{i}]", v) for i, v in enumerate(node) if isinstance(v, dict | list)]
+    return sorted(found)[:20]
+
+
+def in_range(value: Any, limit: int) -> bool:
+    """A JSON number whose whole part fits a column holding -limit..limit."""
+    if not _finite(value):
+        return False
+    return abs(value) <= limit
+
+
+def _unreadable_defect(decoded: Decoded, where: _Where) -> Defect:
+    if decoded.code == "too-large":
+        return Defect(
+            "too-large",
+            "",
+            f"state.json is too large to read here ({decoded.reason}), so nothing in it is shown; {_BLOCKS}. "
+            f"Download it with `aws s3 cp` to inspect it, and restore an earlier version if it was not meant "
+            f"to be this large. {where.ways_out()}",
+        )
+    if decoded.code == "too-deep":
+        return Defect(
+            "too-deep",
+            "",
+            f"state.json nests arrays or objects too deeply to read safely ({decoded.reason}); no cdkd writer "
+            f"produces such a record, so it was damaged or hand-edited. {_BLOCKS}. Restore an earlier version "
+            f"of the object if one is good. {where.ways_out()}",
+        )
+    return Defect(
+        "not-json",
+        "",
+        f"state.json is not valid JSON ({decoded.reason}), so nothing in it can be read; {_BLOCKS}. "
+        f"Restore an earlier version of the object if one is good. {where.ways_out()}",
+    )
+
+
+def _number_defects(data: dict[str, Any], where: _Where) -> list[Defect]:
+    """Numbers the record's readers store as integers (schema version, lastModified) that
+    no integer column holds: cdkd never writes them, so the record was damaged."""
+    defects: list[Defect] = []
+    version = data.get("version")
+    if "version" in data and _version_verdict(version)[0] == "newer" and not in_range(version, INT_MAX):
+        defects.append(
+            Defect(
+                "number-out-of-range",
+                "version",
+                f"`version` is {_short(version)}, far beyond any schema version ({SUPPORTED_VERSION} for current "
+                f'cdkd, and no schema has come near {INT_MAX}); cdkd refuses it as "written by a newer cdkd". '
+                f"Set it to the schema the record was written with and upload the record as a new version; "
+                f"{where.show()}.",
+            )
+        )
+    last = data.get("lastModified")
+    if _is_number(last) and not in_range(last, BIGINT_MAX):
+        defects.append(
+            Defect(
+                "number-out-of-range",
+                "lastModified",
+                f"`lastModified` is {_short(last)}, not a time in epoch milliseconds (it is beyond the year "
+                f"292 million); it is shown as not recorded. Set it to the time of the last deploy in epoch "
+                f"milliseconds, or let the next `cdkd deploy` rewrite it; {where.show()}.",
+            )
+        )
+    return defects
+
+
+def _duplicate_defects(paths: list[str], where: _Where) -> list[Defect]:
+    return [
+        Defect(
+            "duplicate-key",
+            path,
+            f"`{path}` appears more than once in the same object. cdkd (JSON.parse) and this app read only the "
+            f"last one, so the earlier values are invisible and the next write drops them; no cdkd writer "
+            f"produces this, so the record was hand-edited. Keep one `{path.rpartition('.')[2]}` and upload the "
+            f"record as a new version; {where.show()}.",
+        )
+        for path in paths
+    ]
 
 
 def parse_state(
@@ -816,34 +989,29 @@ def parse_state(
     fill in the repair commands of messages.
     """
     legacy = key_region is None
-    data, error = _decode(body)
+    decoded = decode_json(body)
+    data = decoded.value
     where = _Where(stack_name, key_region, legacy, account)
-    if error is not None:
+    if decoded.code is not None:
         return ParsedRecord(
             raw=body,
             data=None,
-            state=None,
             key_region=key_region,
-            defects=[
-                Defect(
-                    "not-json",
-                    "",
-                    f"state.json is not valid JSON ({error}), so nothing in it can be read; {_BLOCKS}. "
-                    f"Restore an earlier version of the object if one is good. {where.ways_out()}",
-                )
-            ],
+            defects=[_unreadable_defect(decoded, where)],
         )
-    record = ParsedRecord(raw=body, data=data, state=None, key_region=key_region)
+    record = ParsedRecord(raw=body, data=data, key_region=key_region)
     if not isinstance(data, dict):
         record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy, account=account)
         return record
-    # An independent copy, so edits to `state` never change what `data` says was stored.
-    record.state = StackState.model_validate(json.loads(body.decode("utf-8"), parse_constant=_reject_constant))
+    # `state` is an independent copy, built on first use from the text (known to be within
+    # the bounds now), so edits to it never change what `data` says was stored.
+    record.state_text = decoded.text
     if "version" in data:
         verdict, number = _version_verdict(data["version"])
         record.version = number if verdict != "invalid" else None
     body_region = data.get("region")
     record.defects = state_defects(data, stack_name=stack_name, region=key_region, legacy=legacy, account=account)
+    record.defects += _number_defects(data, where) + _duplicate_defects(decoded.duplicates, where)
     if key_region is not None and "region" in data and body_region != key_region:
         record.body_region_kind = describe_region_value_kind(body_region)
         record.warnings.append(
@@ -1087,6 +1255,7 @@ class ParsedLock:
     raw: bytes
     info: LockInfo | None  # None when unreadable or a JSON null / non-object (no lock)
     error: str | None  # set when the body is not JSON (an unreadable lock)
+    kind: str = "an object"  # what the JSON value is (describe_region_value_kind)
 
     @property
     def present_but_empty(self) -> bool:
@@ -1111,11 +1280,13 @@ class ParsedLock:
 
 def parse_lock(body: bytes) -> ParsedLock:
     """Read a stored lock.json body. Never raises."""
-    data, error = _decode(body)
-    if error is not None:
-        return ParsedLock(raw=body, info=None, error=f"lock.json is not valid JSON ({error})")
+    decoded = decode_json(body)
+    if decoded.code is not None:
+        what = "is too large to read" if decoded.code == "too-large" else "is not valid JSON"
+        return ParsedLock(raw=body, info=None, error=f"lock.json {what} ({decoded.reason})", kind="")
+    data = decoded.value
     info = LockInfo.model_validate(data) if isinstance(data, dict) else None
-    return ParsedLock(raw=body, info=info, error=None)
+    return ParsedLock(raw=body, info=info, error=None, kind=describe_region_value_kind(data))
 
 
 _LOCK_KEYS = ("owner", "timestamp", "expiresAt", "operation")

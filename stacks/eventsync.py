@@ -14,20 +14,23 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 
-from engine import events
+from engine import events, schema
 from engine.backend import ObjectInfo, StoredObject
 from engine.keys import KeyLayout, run_id_timestamp_ms
+from stacks import columns
 from stacks.models import Account, DeploymentEvent, DeploymentRun, EventIndex, Operation
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+# Event rows mirrored per run at most (the run's summary still counts every event): a
+# stream near the size bound holds ~1M tiny lines, too many rows to build at once.
+MAX_EVENTS_PER_RUN = 100_000
 RunKey = tuple[str, str, str]  # (stack_name, region, run_id)
 Group = tuple[str, str]  # (stack_name, region)
 
@@ -53,34 +56,21 @@ RUN_UPDATE_FIELDS = [
 ]
 
 
-def text(value: object, limit: int) -> str:
-    """A string safe for a text column: PostgreSQL refuses NUL, and columns have limits."""
-    if not isinstance(value, str):
-        return ""
-    return value.replace("\x00", "")[:limit]
-
-
-def clean_json(value: Any) -> Any:
-    """`value` without NUL characters anywhere (PostgreSQL's jsonb refuses `\\u0000`)."""
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, dict):
-        return {str(k).replace("\x00", ""): clean_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean_json(v) for v in value]
-    return value
+text = columns.text  # a string safe for a text column
+clean_json = columns.clean_json  # a value safe for a jsonb column
 
 
 def parse_time(value: object) -> datetime | None:
-    """An ISO-8601 time as cdkd writes it (`2026-11-29T12:28:11.123Z`), else None.
-    A time without an offset is taken as UTC."""
+    """An ISO-8601 time as cdkd writes it (`2026-11-29T12:28:11.123Z`), in UTC, else None.
+    A time without an offset is taken as UTC; one PostgreSQL could not store and read back
+    (before year 2 or after 9998 once in UTC) is None too."""
     if not isinstance(value, str) or not value or len(value) > 64 or "T" not in value:
         return None
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    return columns.storable_time(moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment)
 
 
 def run_id_time(run_id: str) -> datetime | None:
@@ -88,17 +78,18 @@ def run_id_time(run_id: str) -> datetime | None:
     if ms is None:
         return None
     try:
-        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+        return columns.storable_time(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms))
     except OverflowError:
         return None
 
 
 def finite_int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if value != value or abs(value) >= 2**62:  # NaN, infinities and nonsense
-        return None
-    return int(value)
+    return columns.int_or_none(value)
+
+
+def storable_run_id(run_id: object) -> bool:
+    """A run id the mirror can key a row by, as it is (no NUL, no lone surrogate, 128 max)."""
+    return isinstance(run_id, str) and 0 < len(run_id) <= 128 and columns.utf8_safe(run_id) == run_id
 
 
 def apply_summary(run: DeploymentRun, summary: events.RunSummary) -> None:
@@ -110,9 +101,7 @@ def apply_summary(run: DeploymentRun, summary: events.RunSummary) -> None:
     run.finished_at = parse_time(summary.finished_at)
     run.run_at = run.started_at or run_id_time(run.run_id)
     run.result = text(summary.result, 16)
-    run.event_count = summary.event_count if isinstance(summary.event_count, int) else 0
-    if abs(run.event_count) >= 2**31:
-        run.event_count = 0
+    run.event_count = columns.int_or_none(summary.event_count, columns.INT_MAX) or 0
 
 
 def event_row(seq: int, event: dict) -> DeploymentEvent:
@@ -147,6 +136,7 @@ class EventStoreChanges:
     stream_objects: dict[str, StoredObject]
     gone_indexes: list[str]
     gone_streams: list[str]
+    too_large: set[str] = field(default_factory=set)  # listed over the size bound: not downloaded
 
     def __bool__(self) -> bool:
         return bool(self.index_objects or self.stream_objects or self.gone_indexes or self.gone_streams)
@@ -180,6 +170,14 @@ def changes(
     )
 
 
+def _storable_key(parsed) -> bool:
+    """A key whose stack name and region the run rows hold exactly (a region segment of 65
+    characters is no region; a row keyed by a cut name would not be found again)."""
+    if parsed is None or parsed.stack_name is None or parsed.region is None:
+        return False
+    return text(parsed.stack_name, 1024) == parsed.stack_name and text(parsed.region, 64) == parsed.region
+
+
 def _existing_runs(account: Account, groups: set[Group]) -> dict[RunKey, DeploymentRun]:
     names = sorted({name for name, _ in groups})
     found: dict[RunKey, DeploymentRun] = {}
@@ -198,52 +196,44 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
 
     # Indexes: a group whose index changed or went away gets its `in_index` flags rewritten.
     index_rows: dict[Group, dict[str, events.RunSummary]] = {}
-    index_pks: dict[Group, int] = {}
+    index_writes: dict[Group, tuple[str, str, str]] = {}
     for key, obj in found.index_objects.items():
         parsed = layout.parse(key)
-        if parsed is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed):
             continue
         group = (parsed.stack_name, parsed.region)
-        try:
-            runs, error = events.parse_run_index(obj.body), ""
-        except ValueError as exc:  # like `cdkd events`: fall back to the streams
-            runs, error = [], f"{key}: {exc}"
-        index, _ = EventIndex.objects.update_or_create(
-            account=account,
-            key=key,
-            defaults={
-                "stack_name": text(parsed.stack_name, 1024),
-                "region": text(parsed.region, 64),
-                "etag": obj.etag,
-                "error": error,
-                "synced_at": now,
-            },
-        )
+        if not obj.body and obj.key in found.too_large:
+            runs, error = [], f"{key}: over {schema.MAX_BODY_BYTES:,} bytes, not read"
+        else:
+            try:
+                runs, error = events.parse_run_index(obj.body), ""
+            except Exception as exc:  # noqa: BLE001 - like `cdkd events`: fall back to the streams
+                runs, error = [], f"{key}: {exc}"
+        # Written with the runs, in the transaction below: an index ETag is never stored
+        # without the run rows it lists.
+        index_writes[group] = (key, obj.etag, text(error, 2000))
         rows: dict[str, events.RunSummary] = {}
         for run in runs:
-            if run.run_id and len(run.run_id) <= 128 and "\x00" not in run.run_id:
+            if storable_run_id(run.run_id):
                 rows.setdefault(run.run_id, run)  # newest first: the first row of an id wins
         index_rows[group] = rows
-        index_pks[group] = index.pk
         groups.add(group)
     for key in found.gone_indexes:
         parsed = layout.parse(key)
-        if parsed is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed):
             continue
         group = (parsed.stack_name, parsed.region)
         if group not in index_rows:
             index_rows[group] = {}
         groups.add(group)
-    if found.gone_indexes:
-        EventIndex.objects.filter(account=account, key__in=found.gone_indexes).delete()
 
     # Streams: new or changed ones replace their events; gone ones drop them.
     new_streams: dict[RunKey, tuple[str, str, list[dict]]] = {}
     for key, obj in found.stream_objects.items():
         parsed = layout.parse(key)
-        if parsed is None or parsed.run_id is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed) or parsed.run_id is None:
             continue
-        if len(parsed.run_id) > 128:
+        if not storable_run_id(parsed.run_id):
             continue
         run_key = (parsed.stack_name, parsed.region, parsed.run_id)
         new_streams[run_key] = (key, obj.etag, events.parse_event_stream(obj.body))
@@ -251,7 +241,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
     gone_streams: set[RunKey] = set()
     for key in found.gone_streams:
         parsed = layout.parse(key)
-        if parsed is None or parsed.run_id is None or parsed.stack_name is None or parsed.region is None:
+        if not _storable_key(parsed) or parsed.run_id is None:
             continue
         gone_streams.add((parsed.stack_name, parsed.region, parsed.run_id))
         groups.add((parsed.stack_name, parsed.region))
@@ -287,7 +277,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
         if group in index_rows:
             summary = index_rows[group].get(run_id)
             run.in_index = summary is not None
-            run.index_id = index_pks.get(group) if summary is not None else None
+            run.index_group = group if summary is not None else None  # its pk is known once written
             if summary is not None:
                 apply_summary(run, summary)
         if not run.in_index:
@@ -317,6 +307,26 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
             apply_summary(run, events.summarize_stream(run.run_id, stored.get(run.pk, [])))
 
     with transaction.atomic():
+        index_pks: dict[Group, int] = {}
+        for group, (key, etag, error) in index_writes.items():
+            index, _ = EventIndex.objects.update_or_create(
+                account=account,
+                key=key,
+                defaults={
+                    "stack_name": text(group[0], 1024),
+                    "region": text(group[1], 64),
+                    "etag": etag,
+                    "error": error,
+                    "synced_at": now,
+                },
+            )
+            index_pks[group] = index.pk
+        for run in to_create + to_update:
+            group = getattr(run, "index_group", False)
+            if group is not False:
+                run.index_id = index_pks.get(group) if group is not None else None
+        if found.gone_indexes:
+            EventIndex.objects.filter(account=account, key__in=found.gone_indexes).delete()
         for start in range(0, len(to_delete), BATCH):
             DeploymentRun.objects.filter(pk__in=to_delete[start : start + BATCH]).delete()
         DeploymentRun.objects.bulk_create(to_create, batch_size=BATCH)
@@ -327,7 +337,7 @@ def mirror_event_store(account: Account, layout: KeyLayout, found: EventStoreCha
             DeploymentEvent.objects.filter(run_id__in=replaced[start : start + BATCH]).delete()
         rows = []
         for run_key, stream_events in replace_events.items():
-            for seq, event in enumerate(stream_events):
+            for seq, event in enumerate(stream_events[:MAX_EVENTS_PER_RUN]):
                 row = event_row(seq, event)
                 row.run_id = by_key[run_key]
                 rows.append(row)

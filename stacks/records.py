@@ -3,7 +3,6 @@ for `cdkd state show` and anything else that must see what S3 holds right now.""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +34,10 @@ class LiveRecord:
         """The lock as `cdkd state show --json` prints it: the object, or null."""
         if self.lock is None:
             return None
-        try:
-            value = json.loads(self.lock.body)
-        except ValueError:
+        decoded = schema.decode_json(self.lock.body)  # bounded: a lock nested 10,000 deep is unreadable
+        if decoded.code is not None:
             return {"unreadable": True, "raw": self.lock.body.decode("utf-8", "replace")}
-        return value if isinstance(value, dict) else None
+        return decoded.value if isinstance(decoded.value, dict) else None
 
     def state_json(self) -> Any:
         """The stored record verbatim: its JSON value, or its text when it is not JSON."""

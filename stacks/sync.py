@@ -10,7 +10,6 @@ outside database transactions; only the main thread of each account writes to th
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -29,7 +28,7 @@ from engine import schema
 from engine.backend import ObjectInfo, StateBucket, StoredObject
 from engine.errors import AccessDenied, BucketNotFound, EngineError, NotFound
 from engine.keys import KeyKind, KeyLayout
-from stacks import eventsync
+from stacks import columns, eventsync
 from stacks.access import accounts_for
 from stacks.consumers import mirror_imports
 from stacks.models import (
@@ -58,7 +57,7 @@ class AccountResult:
     account: str
     bucket: str = ""
     listed: int = 0  # state.json records listed
-    fetched: int = 0  # records downloaded
+    fetched: int = 0  # records downloaded (or, over the size bound, recorded as too large)
     unchanged: int = 0  # records skipped because their ETag was unchanged
     removed: int = 0  # records dropped from the mirror
     errors: list[str] = field(default_factory=list)
@@ -77,19 +76,9 @@ class AccountResult:
         }
 
 
-def _finite_int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if value != value or abs(value) >= 2**62:  # NaN, infinities and nonsense
-        return None
-    return int(value)
-
-
 def _text(value: object, limit: int) -> str:
-    """A string safe for a text column: PostgreSQL refuses NUL, and columns have limits."""
-    if not isinstance(value, str):
-        return ""
-    return value.replace("\x00", "")[:limit]
+    """A string safe for a text column (see stacks.columns)."""
+    return columns.text(value, limit)
 
 
 # --- listing -----------------------------------------------------------------------------
@@ -149,43 +138,41 @@ def _fetch_all(
 
 # --- applying records --------------------------------------------------------------------
 
+# Record-level failures a sync turns into a defect of that one stack (never the account's).
+NOT_MIRRORED = "not-mirrored"
+
 
 def _stack_fields(layout: KeyLayout, obj: StoredObject, now) -> tuple[dict, list[Resource]]:
-    """The Stack columns and Resource rows for one stored record."""
+    """The Stack columns and Resource rows for one stored record. Every value is made safe
+    for its column here (stacks.columns): the record is untrusted."""
     key = layout.parse(obj.key)
     assert key is not None
     record = schema.parse_state(obj.body, key_region=key.region)
     legacy = key.kind == KeyKind.LEGACY_STATE
-    region = key.region
+    region = _text(key.region, 64) or None
     if legacy:
         # A legacy key has no region segment: the body's region, when it is a string, is it.
         body_region = record.data.get("region") if isinstance(record.data, dict) else None
-        region = body_region if isinstance(body_region, str) and body_region else None
-    lineage = key.lineage
+        region = (_text(body_region, 64) or None) if isinstance(body_region, str) else None
     rows = record.resource_rows()
     fields = {
-        "stack_name": _text(key.stack_name, 1024),
+        **_key_fields(layout, obj.key),
         "region": region,
-        "legacy": legacy,
         "etag": obj.etag,
-        "version_id": obj.version_id or "",
+        "version_id": _text(obj.version_id or "", 1024),
         "size": len(obj.body),
         "s3_last_modified": obj.last_modified,
         "body": obj.body,
-        "schema_version": record.version,
-        "record_last_modified": record.last_modified_ms(),
+        "schema_version": columns.int_or_none(record.version, columns.INT_MAX),
+        "record_last_modified": columns.int_or_none(record.last_modified_ms()),
         "read_only": record.newer_than_supported,
-        "defects": [d.as_dict() for d in record.defects],
+        "defects": columns.clean_json([d.as_dict() for d in record.defects]),
         "has_defects": bool(record.defects),
         "body_region": _text(record.body_region_kind or "", 128),
         "region_mismatch": record.region_mismatch,
-        "parent_stack_name": _text(key.parent_name or "", 1024),
-        "parent_logical_id": _text(key.child_logical_id or "", 255),
-        "root_name": _text(lineage[0] if lineage else key.stack_name, 1024),
-        "depth": max(len(lineage) - 1, 0),
-        "resource_count": len(rows),
-        "output_count": len(record.outputs()),
-        "imports": mirror_imports(record),
+        "resource_count": min(len(rows), columns.INT_MAX),
+        "output_count": min(len(record.outputs()), columns.INT_MAX),
+        "imports": columns.clean_json(mirror_imports(record)),
         "synced_at": now,
     }
     resources = []
@@ -205,32 +192,154 @@ def _stack_fields(layout: KeyLayout, obj: StoredObject, now) -> tuple[dict, list
     return fields, resources
 
 
-def _apply_states(account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now) -> None:
-    """Create or update the Stack rows (and their resources) of the fetched records."""
-    creates: list[tuple[Stack, list[Resource]]] = []
-    updates: list[tuple[Stack, list[Resource]]] = []
-    for key, obj in objects.items():
-        fields, resources = _stack_fields(layout, obj, now)
-        if key in stored:
-            updates.append((Stack(pk=stored[key][0], account=account, key=key, **fields), resources))
-        else:
-            creates.append((Stack(account=account, key=key, **fields), resources))
+def _key_fields(layout: KeyLayout, key_text: str) -> dict:
+    """The columns the key alone decides (name, legacy, nesting)."""
+    key = layout.parse(key_text)
+    assert key is not None
+    lineage = key.lineage
+    return {
+        "stack_name": _text(key.stack_name, 1024),
+        "region": _text(key.region, 64) or None,
+        "legacy": key.kind == KeyKind.LEGACY_STATE,
+        "parent_stack_name": _text(key.parent_name or "", 1024),
+        "parent_logical_id": _text(key.child_logical_id or "", 255),
+        "root_name": _text(lineage[0] if lineage else key.stack_name, 1024),
+        "depth": min(max(len(lineage) - 1, 0), 32767),
+    }
 
+
+def _stub_fields(
+    layout: KeyLayout, key: str, info: ObjectInfo | StoredObject, defect: schema.Defect, now, *, etag: str
+) -> dict:
+    """A Stack row for a record the mirror could not hold in full: the key's columns, no
+    resources, and the defect that says why. `etag` "" marks the row incomplete, so the
+    next sync fetches the record again instead of calling it unchanged."""
+    return {
+        **_key_fields(layout, key),
+        "etag": etag,
+        "version_id": "",
+        "size": min(getattr(info, "size", 0) or len(getattr(info, "body", b"")), columns.BIGINT_MAX),
+        "s3_last_modified": info.last_modified,
+        "body": b"",
+        "schema_version": None,
+        "record_last_modified": None,
+        "read_only": True,
+        "defects": columns.clean_json([defect.as_dict()]),
+        "has_defects": True,
+        "body_region": "",
+        "region_mismatch": False,
+        "resource_count": 0,
+        "output_count": 0,
+        "synced_at": now,
+    }
+
+
+def too_large_defect(key: str, size: int) -> schema.Defect:
+    return schema.Defect(
+        "too-large",
+        "",
+        f"{key} is {size:,} bytes, over the {schema.MAX_BODY_BYTES:,} this app downloads, so it is not mirrored "
+        f"(nothing in it is shown here). cdkd deploy, destroy, orphan, import, rollback and scrub still read it; "
+        f"inspect it with `aws s3 cp s3://<bucket>/{key} -`, and restore an earlier version if it grew by mistake.",
+    )
+
+
+def not_mirrored_defect(key: str, exc: BaseException) -> schema.Defect:
+    return schema.Defect(
+        NOT_MIRRORED,
+        "",
+        f"{key} could not be stored in the mirror ({type(exc).__name__}); it is shown without its resources and "
+        f"fetched again by the next sync. The record in the bucket is unchanged: download it from the bucket to "
+        f"inspect it, and report this message if it persists.",
+    )
+
+
+def _write_stacks(account: Account, batch: list[tuple[Stack, list[Resource]]], stored: dict) -> None:
+    """One transaction: the Stack rows (ETag included) and all their Resource rows, so a
+    row's ETag is never stored without its resources."""
     update_fields = [f for f in _stack_fields_names() if f not in ("account", "key")]
-    for start in range(0, max(len(creates), len(updates)), BATCH):
-        with transaction.atomic():
-            create_batch = creates[start : start + BATCH]
-            update_batch = updates[start : start + BATCH]
-            Stack.objects.bulk_create([s for s, _ in create_batch])
-            if update_batch:
-                Stack.objects.bulk_update([s for s, _ in update_batch], update_fields)
-                Resource.objects.filter(stack_id__in=[s.pk for s, _ in update_batch]).delete()
-            rows = []
-            for stack, resources in create_batch + update_batch:
-                for resource in resources:
-                    resource.stack_id = stack.pk
-                    rows.append(resource)
-            Resource.objects.bulk_create(rows, batch_size=2000)
+    with transaction.atomic():
+        creates = [s for s, _ in batch if s.key not in stored]
+        updates = [s for s, _ in batch if s.key in stored]
+        Stack.objects.bulk_create(creates)
+        if updates:
+            Stack.objects.bulk_update(updates, update_fields)
+            Resource.objects.filter(stack_id__in=[s.pk for s in updates]).delete()
+        rows = []
+        for stack, resources in batch:
+            for resource in resources:
+                resource.stack_id = stack.pk
+                rows.append(resource)
+        Resource.objects.bulk_create(rows, batch_size=2000)
+
+
+def _stack(account: Account, key: str, fields: dict, stored: dict) -> Stack:
+    pk = stored[key][0] if key in stored else None
+    return Stack(pk=pk, account=account, key=key, **fields)
+
+
+def _apply_states(
+    account: Account,
+    layout: KeyLayout,
+    objects: dict[str, StoredObject],
+    stored: dict,
+    now,
+    *,
+    stubs: dict | None = None,
+) -> list[str]:
+    """Create or update the Stack rows (and their resources) of the fetched records, a
+    batch per transaction. A batch that fails is written again record by record; a record
+    that still fails becomes a stub row with a `not-mirrored` defect (fetched again next
+    time), so one record never stops the others. `stubs` are rows built already (records
+    too large to download). Returns the keys that could not be stored at all."""
+    prepared: list[tuple[Stack, list[Resource]]] = []
+    for key, obj in objects.items():
+        try:
+            fields, resources = _stack_fields(layout, obj, now)
+        except Exception as exc:  # noqa: BLE001 - a parsing bug must cost one record only
+            logger.exception("record %s could not be read for the mirror", key)
+            fields, resources = _stub_fields(layout, key, obj, not_mirrored_defect(key, exc), now, etag=""), []
+        prepared.append((_stack(account, key, fields, stored), resources))
+    for key, fields in (stubs or {}).items():
+        prepared.append((_stack(account, key, fields, stored), []))
+
+    lost: list[str] = []
+    for start in range(0, len(prepared), BATCH):
+        batch = prepared[start : start + BATCH]
+        try:
+            _write_stacks(account, batch, stored)
+            continue
+        except Exception:  # noqa: BLE001 - find the record(s) at fault, one at a time
+            logger.exception("a batch of records of account %s failed; writing them one by one", account.account_id)
+            for stack, _ in batch:
+                if stack.key not in stored:
+                    stack.pk = None  # bulk_create may have set it before the rollback
+        for stack, resources in batch:
+            try:
+                _write_stacks(account, [(stack, resources)], stored)
+            except Exception as exc:  # noqa: BLE001
+                logger.exception("record %s could not be stored", stack.key)
+                if stack.key not in stored:
+                    stack.pk = None
+                fields = _stub_fields(
+                    layout, stack.key, stack_info(stack), not_mirrored_defect(stack.key, exc), now, etag=""
+                )
+                try:
+                    _write_stacks(account, [(_stack(account, stack.key, fields, stored), [])], stored)
+                except Exception:  # noqa: BLE001
+                    logger.exception("not even a stub of %s could be stored", stack.key)
+                    lost.append(stack.key)
+    return lost
+
+
+@dataclass
+class _Info:
+    size: int
+    last_modified: object
+
+
+def stack_info(stack: Stack) -> _Info:
+    return _Info(size=stack.size or 0, last_modified=stack.s3_last_modified)
 
 
 def _stack_fields_names() -> list[str]:
@@ -254,56 +363,105 @@ def _link_parents(account: Account) -> None:
         Stack.objects.bulk_update(changed, ["parent"], batch_size=BATCH)
 
 
-def _apply_locks(account: Account, layout: KeyLayout, objects: dict[str, StoredObject], stored: dict, now) -> None:
-    rows = []
-    for key, obj in objects.items():
-        parsed_key = layout.parse(key)
-        lock = schema.parse_lock(obj.body)
-        try:
-            data = json.loads(obj.body)
-        except ValueError:
-            data = None
-        error = lock.error
-        if error is None and not isinstance(data, dict):
-            error = f"{key} holds {schema.describe_region_value_kind(data)}, not a lock object; it still blocks cdkd"
-        data = data if isinstance(data, dict) else {}
-        timestamp = data.get("timestamp")
-        rows.append(
-            Lock(
-                pk=stored[key][0] if key in stored else None,
-                account=account,
-                key=key,
-                stack_name=_text(parsed_key.stack_name, 1024),
-                region=parsed_key.region,
-                etag=obj.etag,
-                s3_last_modified=obj.last_modified,
-                body=obj.body,
-                readable=lock.error is None,
-                error=_text(error or "", 2000),
-                owner=_text(data.get("owner"), 2000),
-                operation=_text(data.get("operation"), 255),
-                timestamp_ms=_finite_int(timestamp),
-                expires_at_ms=lock.expires_at_ms(),
-                synced_at=now,
-            )
-        )
-    fields = [
-        "stack_name",
-        "region",
-        "etag",
-        "s3_last_modified",
-        "body",
-        "readable",
-        "error",
-        "owner",
-        "operation",
-        "timestamp_ms",
-        "expires_at_ms",
-        "synced_at",
-    ]
+LOCK_FIELDS = [
+    "stack_name",
+    "region",
+    "etag",
+    "s3_last_modified",
+    "body",
+    "readable",
+    "error",
+    "owner",
+    "operation",
+    "timestamp_ms",
+    "expires_at_ms",
+    "synced_at",
+]
+
+
+def _lock_row(account: Account, layout: KeyLayout, key: str, obj: StoredObject, stored: dict, now) -> Lock:
+    """The Lock row of one stored lock.json, parsed once (bounded, never raising), every
+    value made safe for its column."""
+    parsed_key = layout.parse(key)
+    lock = schema.parse_lock(obj.body)
+    error = lock.error
+    if lock.present_but_empty:
+        error = f"{key} holds {lock.kind}, not a lock object; it still blocks cdkd"
+    info = lock.info
+    owner = info.get("owner") if info is not None else None
+    operation = info.get("operation") if info is not None else None
+    return Lock(
+        pk=stored[key][0] if key in stored else None,
+        account=account,
+        key=key,
+        stack_name=_text(parsed_key.stack_name, 1024),
+        region=_text(parsed_key.region, 64) or None,
+        etag=obj.etag,
+        s3_last_modified=obj.last_modified,
+        body=obj.body,
+        readable=lock.error is None,
+        error=_text(error or "", 2000),
+        owner=_text(owner, 2000),
+        operation=_text(operation, 255),
+        timestamp_ms=columns.int_or_none(info.get("timestamp") if info is not None else None),
+        # A deadline beyond bigint stays in the future: cdkd counts the lock as live.
+        expires_at_ms=columns.clamp_int(lock.expires_at_ms()),
+        synced_at=now,
+    )
+
+
+def _too_large_lock(account: Account, layout: KeyLayout, key: str, info: ObjectInfo, stored: dict, now) -> Lock:
+    parsed_key = layout.parse(key)
+    limit = schema.MAX_BODY_BYTES
+    return Lock(
+        pk=stored[key][0] if key in stored else None,
+        account=account,
+        key=key,
+        stack_name=_text(parsed_key.stack_name, 1024),
+        region=_text(parsed_key.region, 64) or None,
+        etag=info.etag,
+        s3_last_modified=info.last_modified,
+        body=b"",
+        readable=False,
+        error=f"lock.json is {info.size:,} bytes, over the {limit:,} this app reads; it still blocks cdkd",
+        synced_at=now,
+    )
+
+
+def _write_locks(rows: list[Lock]) -> None:
     with transaction.atomic():
         Lock.objects.bulk_create([r for r in rows if r.pk is None])
-        Lock.objects.bulk_update([r for r in rows if r.pk is not None], fields, batch_size=BATCH)
+        Lock.objects.bulk_update([r for r in rows if r.pk is not None], LOCK_FIELDS, batch_size=BATCH)
+
+
+def _apply_locks(
+    account: Account,
+    layout: KeyLayout,
+    objects: dict[str, StoredObject],
+    stored: dict,
+    now,
+    *,
+    too_large: dict[str, ObjectInfo] | None = None,
+) -> list[str]:
+    """Write the Lock rows of the fetched locks; a lock that cannot be stored is left out
+    (its ETag unstored, so the next sync reads it again). Returns those keys."""
+    rows = [_lock_row(account, layout, key, obj, stored, now) for key, obj in objects.items()]
+    rows += [_too_large_lock(account, layout, key, info, stored, now) for key, info in (too_large or {}).items()]
+    try:
+        _write_locks(rows)
+        return []
+    except Exception:  # noqa: BLE001 - find the lock at fault
+        logger.exception("the locks of account %s failed as a batch; writing them one by one", account.account_id)
+    lost = []
+    for row in rows:
+        if row.key not in stored:
+            row.pk = None
+        try:
+            _write_locks([row])
+        except Exception:  # noqa: BLE001
+            logger.exception("lock %s could not be stored", row.key)
+            lost.append(row.key)
+    return lost
 
 
 def _link_locks(account: Account) -> None:
@@ -379,6 +537,12 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     error, and the stacks mirrored before stay (a denied bucket is not an empty one)."""
     started = time.monotonic()
     result = AccountResult(account=account.account_id)
+    # A sync that ended half-way (a crash, a lost worker) may have stored records without
+    # the links between them: this one then re-links everything, changed or not.
+    previous = Account.objects.filter(pk=account.pk).values("last_sync_started_at", "last_synced_at").first() or {}
+    relink = previous.get("last_sync_started_at") is not None and (
+        previous.get("last_synced_at") is None or previous["last_synced_at"] < previous["last_sync_started_at"]
+    )
     Account.objects.filter(pk=account.pk).update(last_sync_started_at=timezone.now())
     layout = KeyLayout(account.prefix)
     try:
@@ -404,6 +568,7 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     def changed(listed: dict[str, ObjectInfo], stored: dict) -> list[str]:
         return [k for k, info in listed.items() if k not in stored or stored[k][1] != info.etag]
 
+    now = timezone.now()
     state_keys = changed(listing.states, stored_states)
     lock_keys = changed(listing.locks, stored_locks)
     index_keys = changed(listing.event_indexes, stored_indexes)
@@ -411,26 +576,45 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     result.listed = len(listing.states)
     result.unchanged = result.listed - len(state_keys)
 
-    objects, errors, vanished = _fetch_all(bucket, state_keys + lock_keys + index_keys + stream_keys, progress)
+    # Objects over the size bound are never downloaded: memory stays bounded, and each
+    # becomes a defect (or an unreadable lock, or an empty stream) on its own stack.
+    listed = {**listing.states, **listing.locks, **listing.event_indexes, **listing.event_streams}
+    too_large = {k for k in state_keys + lock_keys + index_keys + stream_keys if listed[k].size > schema.MAX_BODY_BYTES}
+    stubs = {
+        k: _stub_fields(layout, k, listed[k], too_large_defect(k, listed[k].size), now, etag=listed[k].etag)
+        for k in state_keys
+        if k in too_large
+    }
+    fetch = [k for k in state_keys + lock_keys + index_keys + stream_keys if k not in too_large]
+    objects, errors, vanished = _fetch_all(bucket, fetch, progress)
+    for k in too_large:
+        if k in listing.event_indexes or k in listing.event_streams:
+            info = listed[k]
+            objects[k] = StoredObject(
+                key=k, body=b"", etag=info.etag, version_id=None, last_modified=info.last_modified
+            )
     result.errors.extend(f"{key}: {message}" for key, message in sorted(errors.items()))
 
-    now = timezone.now()
     state_objs = {k: objects[k] for k in state_keys if k in objects}
-    _apply_states(account, layout, state_objs, stored_states, now)
-    result.fetched = len(state_objs)
+    lost = _apply_states(account, layout, state_objs, stored_states, now, stubs=stubs)
+    result.errors.extend(f"{key}: could not be stored in the mirror" for key in lost)
+    result.fetched = len(state_objs) + len(stubs)
 
     gone_states = [k for k in stored_states if k not in listing.states or k in vanished]
     if gone_states:
         for start in range(0, len(gone_states), BATCH):
             Stack.objects.filter(account=account, key__in=gone_states[start : start + BATCH]).delete()
     result.removed = len(gone_states)
-    if state_objs or gone_states:
+    if state_objs or stubs or gone_states or relink:
         _link_parents(account)
 
-    _apply_locks(account, layout, {k: objects[k] for k in lock_keys if k in objects}, stored_locks, now)
+    lock_objs = {k: objects[k] for k in lock_keys if k in objects}
+    large_locks = {k: listed[k] for k in lock_keys if k in too_large}
+    lost = _apply_locks(account, layout, lock_objs, stored_locks, now, too_large=large_locks)
+    result.errors.extend(f"{key}: could not be stored in the mirror" for key in lost)
     gone_locks = [k for k in stored_locks if k not in listing.locks or k in vanished]
     Lock.objects.filter(account=account, key__in=gone_locks).delete()
-    if state_objs or gone_states or lock_keys or gone_locks:
+    if state_objs or stubs or gone_states or lock_keys or gone_locks or relink:
         _link_locks(account)
 
     found = eventsync.changes(
@@ -442,7 +626,12 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
         vanished,
         index_keys + stream_keys,
     )
-    eventsync.mirror_event_store(account, layout, found, now)
+    found.too_large = too_large
+    try:
+        eventsync.mirror_event_store(account, layout, found, now)
+    except Exception as exc:  # noqa: BLE001 - the records are mirrored; the events are read again next time
+        logger.exception("the event store of account %s could not be mirrored", account.account_id)
+        result.errors.append(f"event history: could not be stored in the mirror ({type(exc).__name__})")
     eventsync.link_operations(account)
 
     result.requests = dict(bucket.requests)

@@ -53,9 +53,11 @@ def segments(physical_id: Any) -> list[str]:
 @register.filter
 def from_ms(value: Any) -> datetime | None:
     """Epoch milliseconds as an aware UTC datetime; None for anything not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    try:
+    try:  # an int too large for a float (a damaged record's 10**400) overflows isfinite
+        if not math.isfinite(value):
+            return None
         return datetime.fromtimestamp(value / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return None

@@ -1,5 +1,10 @@
 """One stack: its record read once from the mirror, its lock, its resources (paginated),
-the stored JSON pretty-printed and as a download, and one resource's sections."""
+the stored JSON pretty-printed and as a download, and one resource's sections.
+
+Records are untrusted and may be huge: the resource table is paginated, outputs are shown
+up to a bound, the inline JSON view is cut at JSON_INLINE_BYTES (the download is offered
+for the rest), and a page is encoded so that a lone surrogate in a record (legal JSON, not
+UTF-8) shows as a visible `\\udXXX` escape instead of failing the response."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import json
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
-from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
@@ -16,12 +21,40 @@ from engine.errors import EngineError
 from engine.schema import ParsedRecord, parse_state
 from stacks import audit, history
 from stacks.access import get_stack_or_404, has_role
+from stacks.columns import utf8_safe
 from stacks.forms import ResourceFilterForm
-from stacks.models import Lock, Role, SecretFinding, Stack, now_ms
+from stacks.models import EventIndex, Lock, Role, SecretFinding, Stack, now_ms
 from stacks.secretmask import masked_body, may_reveal
 from stacks.views import present
 from stacks.views.common import AuthedRequest, actor, engine_error, is_partial
 from stacks.views.events import stack_runs
+
+# The inline JSON view shows at most this many bytes of the record; the download has all.
+JSON_INLINE_BYTES = 1024 * 1024
+# The outputs table shows at most this many rows (a record may hold thousands).
+OUTPUTS_SHOWN = 500
+# Defects only a sync can know (the record was not downloaded or not stored): the page
+# shows them as stored, since the mirror holds no body to parse.
+SYNC_DEFECTS = frozenset({"too-large", "not-mirrored"})
+
+
+def render(request, template: str, context: dict, status: int = 200) -> HttpResponse:
+    """`django.shortcuts.render`, but a string that is not UTF-8 (a lone surrogate from a
+    record's `\\ud800`) is written as its escape rather than ending in a server error."""
+    text = render_to_string(template, context, request)
+    return HttpResponse(
+        text.encode("utf-8", "backslashreplace"), status=status, content_type="text/html; charset=utf-8"
+    )
+
+
+def stack_warnings(stack: Stack, parsed: ParsedRecord) -> list[present.RecordWarning]:
+    """The record's warnings; for a row the sync could not fill, the defect it stored."""
+    stored = [d for d in stack.defects or [] if isinstance(d, dict) and d.get("code") in SYNC_DEFECTS]
+    if stored and not bytes(stack.body):
+        return [
+            present.RecordWarning(str(d.get("message", "")), str(d["code"]), str(d.get("path", ""))) for d in stored
+        ]
+    return present.record_warnings(stack, parsed)
 
 
 def parse_stack(stack: Stack) -> ParsedRecord:
@@ -52,6 +85,9 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
     page = Paginator(rows, present.RESOURCES_PER_PAGE).get_page(request.GET.get("page"))
     raw = present.raw_resources(parsed)
     page_rows = [present.resource_row(lid, row, raw.get(lid), page_of) for lid, row in page.object_list]
+    for row in page_rows:
+        # A URL holds UTF-8 only: a lone surrogate in a logical id is linked as U+FFFD.
+        row.url_id = utf8_safe(row.logical_id)
     context = {
         "stack": stack,
         "parsed": parsed,
@@ -63,10 +99,13 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
     }
     if is_partial(request) and request.htmx.target == "resources":
         return render(request, "stacks/stack.html#resources", context)
+    outputs = present.output_rows(parsed)
+    runs = stack_runs(stack)
     context.update(
-        warnings=present.record_warnings(stack, parsed),
+        warnings=stack_warnings(stack, parsed),
         lock=present.lock_view(Lock.objects.filter(stack=stack).first(), now_ms()),
-        outputs=present.output_rows(parsed),
+        outputs=outputs[:OUTPUTS_SHOWN],
+        output_total=len(outputs),
         export_names=parsed.export_names(),
         imports=[entry.model_dump() for entry in parsed.imports()],
         output_reads=[entry.model_dump() for entry in parsed.output_reads()],
@@ -75,10 +114,20 @@ def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stac
         parent=stack.parent,
         children=stack.children.select_related("account").order_by("stack_name", "region"),
         can_operate=has_role(request.user, stack.account, Role.OPERATOR),
-        runs=stack_runs(stack),
+        runs=runs,
+        index_error=_event_index_error(stack, runs),
         secrets=secret_counts(stack),
     )
     return render(request, "stacks/stack.html", context)
+
+
+def _event_index_error(stack: Stack, runs: list) -> str:
+    """Why the stack's deployments/index.json could not be read, or "". Asked (one query)
+    only when the stack has runs and none of them comes from the index."""
+    if stack.legacy or not stack.region or not runs or any(run.in_index for run in runs):
+        return ""
+    found = EventIndex.objects.filter(account=stack.account_id, stack_name=stack.stack_name, region=stack.region)
+    return found.exclude(error="").values_list("error", flat=True).first() or ""
 
 
 def secret_counts(stack: Stack) -> dict[str, int]:
@@ -100,7 +149,11 @@ def stack_resource(
     parsed = parse_stack(stack)
     rows = dict(parsed.resource_rows())
     if logical_id not in rows:
-        raise Http404("No such resource in this record")
+        # The link of a logical id holding a lone surrogate names it with U+FFFD instead.
+        matches = [lid for lid in rows if utf8_safe(lid) == logical_id]
+        if len(matches) != 1:
+            raise Http404("No such resource in this record")
+        logical_id = matches[0]
     row = present.resource_row(logical_id, rows[logical_id], present.raw_resources(parsed).get(logical_id), {})
     context = {"stack": stack, "r": row}
     template = "stacks/resource.html#details" if is_partial(request) else "stacks/resource.html"
@@ -109,16 +162,34 @@ def stack_resource(
 
 @require_GET
 def stack_json(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
+    """The stored record, pretty-printed when it is JSON. A record over JSON_INLINE_BYTES is
+    shown as its first bytes as stored (cdkd writes indented JSON), never parsed and
+    re-printed whole, with the download offered for the rest."""
     stack = _load(request, account_id, region_slug, stack_name)
-    parsed = parse_stack(stack)
-    if parsed.data is not None:
-        text = json.dumps(parsed.data, indent=2, ensure_ascii=False)
+    body = bytes(stack.body)
+    truncated = len(body) > JSON_INLINE_BYTES
+    warnings = []
+    if truncated:
+        shown = masked_body(stack, body)[:JSON_INLINE_BYTES]
+        text = shown.decode("utf-8", errors="replace")
+        is_json = not any(isinstance(d, dict) and d.get("code") == "not-json" for d in stack.defects or [])
+    elif not body and stack.has_defects:
+        text, is_json = "", False  # the sync stored no body (too large, or not storable)
+        warnings = [w for w in stack_warnings(stack, parse_stack(stack)) if w.code in SYNC_DEFECTS]
     else:
-        text = parsed.raw.decode("utf-8", errors="replace")  # the masked body, as text
+        parsed = parse_stack(stack)
+        is_json = parsed.data is not None
+        if is_json:
+            text = json.dumps(parsed.data, indent=2, ensure_ascii=False)
+        else:
+            text = parsed.raw.decode("utf-8", errors="replace")  # the masked body, as text
     context = {
         "stack": stack,
         "text": text,
-        "is_json": parsed.data is not None,
+        "is_json": is_json,
+        "truncated": truncated,
+        "shown_bytes": JSON_INLINE_BYTES,
+        "warnings": warnings,
         "can_reveal": may_reveal(request.user, stack.account),
     }
     return render(request, "stacks/json.html", context)

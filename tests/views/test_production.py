@@ -18,8 +18,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from cryptography.fernet import Fernet
 import time_machine
+from cryptography.fernet import Fernet
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.http import HttpRequest
