@@ -13,7 +13,21 @@ from collections import defaultdict
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Case, CharField, Count, Exists, F, OuterRef, Q, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -23,7 +37,18 @@ from django_htmx.http import HttpResponseStopPolling
 from stacks import sync
 from stacks.access import accounts_for, get_account_or_404, stacks_for
 from stacks.forms import StackFilterForm, SyncForm
-from stacks.models import Account, LockState, Resource, Role, Stack, SyncRun, SyncStatus, now_ms
+from stacks.models import (
+    Account,
+    DeploymentRun,
+    LockState,
+    Resource,
+    Role,
+    SecretFinding,
+    Stack,
+    SyncRun,
+    SyncStatus,
+    now_ms,
+)
 from stacks.views.common import AuthedRequest, is_partial
 
 
@@ -38,9 +63,67 @@ def lock_state_expr(at_ms: int) -> Case:
     )
 
 
-def filter_stacks(stacks: QuerySet[Stack], filters: dict, at_ms: int) -> QuerySet[Stack]:
+# The table's sortable columns: `?sort=<key>` (or `-<key>` for descending) -> ORDER BY.
+# A whitelist: anything else sorts by name. Every order ends on the unique triple so pages
+# never overlap.
+SORTS = {
+    "account": ("account__name", "account__account_id"),
+    "name": ("stack_name",),
+    "region": ("region",),
+    "version": ("schema_version",),
+    "resources": ("resource_count",),
+    "lock": ("lock_state",),
+    "defects": ("has_defects",),
+    "modified": ("record_last_modified",),
+    "run": ("last_run_at",),
+    "secrets": ("secret_count",),
+}
+_TIEBREAK = ("stack_name", "region", "account__account_id")
+
+
+def sort_key(raw: str | None) -> str:
+    """The valid sort key of `?sort=`, or "name"."""
+    raw = (raw or "").strip()
+    return raw if raw.lstrip("-") in SORTS else "name"
+
+
+def _order(sort: str) -> list:
+    desc = sort.startswith("-")
+    order = []
+    for field in SORTS[sort.lstrip("-")]:
+        expr = F(field)
+        order.append(expr.desc(nulls_last=True) if desc else expr.asc(nulls_last=True))
+    return order + [F(f).asc(nulls_last=True) for f in _TIEBREAK if f not in SORTS[sort.lstrip("-")]]
+
+
+def with_status(stacks: QuerySet[Stack]) -> QuerySet[Stack]:
+    """Last run (id, command, result, time) and open secret findings, as subqueries of the
+    same SELECT: the status column costs no query per row."""
+    runs = DeploymentRun.objects.filter(
+        account=OuterRef("account"), stack_name=OuterRef("stack_name"), region=OuterRef("region")
+    ).order_by(F("run_at").desc(nulls_last=True), "-run_id")
+    findings = (
+        SecretFinding.objects.filter(
+            account=OuterRef("account"), stack_name=OuterRef("stack_name"), region=Coalesce(OuterRef("region"), Value(""))
+        )
+        .order_by()
+        .values("account")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return stacks.annotate(
+        last_run_id=Subquery(runs.values("run_id")[:1]),
+        last_run_command=Subquery(runs.values("command")[:1]),
+        last_run_result=Subquery(runs.values("result")[:1]),
+        last_run_at=Subquery(runs.values("run_at")[:1]),
+        secret_count=Coalesce(Subquery(findings, output_field=IntegerField()), Value(0)),
+    )
+
+
+def filter_stacks(stacks: QuerySet[Stack], filters: dict, at_ms: int, sort: str = "name") -> QuerySet[Stack]:
     """Apply the stacks page's search and filters to an already access-checked queryset."""
     stacks = stacks.select_related("account", "lock").annotate(lock_state=lock_state_expr(at_ms))
+    stacks = with_status(stacks)
     if q := (filters.get("q") or "").strip():
         matching = Resource.objects.filter(stack=OuterRef("pk")).filter(
             Q(logical_id__icontains=q) | Q(physical_id__icontains=q)
@@ -58,7 +141,7 @@ def filter_stacks(stacks: QuerySet[Stack], filters: dict, at_ms: int) -> QuerySe
         stacks = stacks.filter(schema_version=int(version))
     if nesting := filters.get("nesting"):
         stacks = stacks.filter(depth__gt=0) if nesting == "nested" else stacks.filter(depth=0)
-    return stacks.order_by("stack_name", F("region").asc(nulls_last=True), "account__account_id")
+    return stacks.order_by(*_order(sort_key(sort)))
 
 
 def _page_context(request: AuthedRequest) -> dict:
@@ -81,12 +164,65 @@ def _page_context(request: AuthedRequest) -> dict:
         .distinct()
     )
     form = StackFilterForm(request.GET, accounts=accounts, regions=list(regions), versions=list(versions))
+    form.is_valid()
     active_sync = (
         SyncRun.objects.filter(requested_by=user, status__in=[SyncStatus.QUEUED, SyncStatus.RUNNING])
         .order_by("-created_at")
         .first()
     )
-    return {"form": form, "accounts": accounts, "active_sync": active_sync, "sync_form": SyncForm()}
+    sort = sort_key(request.GET.get("sort"))
+    return {
+        "form": form,
+        "accounts": accounts,
+        "active_sync": active_sync,
+        "sync_form": SyncForm(),
+        "sort": sort,
+        # The search cannot run (too long): say so and list nothing, rather than everything.
+        "search_error": _search_error(form),
+        "headers": sort_headers(request, sort),
+    }
+
+
+COLUMNS = [
+    ("account", "Account", ""),
+    ("name", "Stack", ""),
+    ("region", "Region", ""),
+    ("version", "Version", "num"),
+    ("resources", "Resources", "num"),
+    ("run", "Last run", ""),
+    ("lock", "Lock", ""),
+    ("defects", "Defects", ""),
+    ("secrets", "Secrets", ""),
+    ("modified", "Last modified", ""),
+]
+
+
+def sort_headers(request: AuthedRequest, sort: str) -> list[dict]:
+    """Each column's header: a link that sorts by it (again: the other way round)."""
+    base = _without(request.GET, "sort", "page")
+    headers = []
+    for key, label, css in COLUMNS:
+        current = sort.lstrip("-") == key
+        target = f"-{key}" if current and not sort.startswith("-") else key
+        query = f"{base}&sort={target}" if base else f"sort={target}"
+        aria = ("descending" if sort.startswith("-") else "ascending") if current else ""
+        headers.append({"key": key, "label": label, "css": css, "url": f"?{query}", "aria": aria})
+    return headers
+
+
+def _search_error(form: StackFilterForm) -> str:
+    if "q" not in form.errors:
+        return ""
+    limit = form.fields["q"].max_length
+    length = len(form.data.get("q", ""))
+    return f"The search is {length} characters long; it can be at most {limit}. Shorten it to search."
+
+
+def _without(params, *names: str) -> str:
+    kept = params.copy()
+    for name in names:
+        kept.pop(name, None)
+    return kept.urlencode()
 
 
 @require_GET
@@ -94,7 +230,9 @@ def stack_list(request: AuthedRequest) -> HttpResponse:
     if request.GET.get("view") == "tree":
         return stack_tree(request)
     context = _page_context(request)
-    stacks = filter_stacks(stacks_for(request.user), context["form"].filters(), now_ms())
+    stacks = filter_stacks(stacks_for(request.user), context["form"].filters(), now_ms(), context["sort"])
+    if context["search_error"]:
+        stacks = stacks.none()
     context["page"] = Paginator(stacks, settings.CDKD_PAGE_SIZE).get_page(request.GET.get("page"))
     context["tree"] = False
     template = "stacks/list.html#table" if is_partial(request) else "stacks/list.html"
@@ -129,7 +267,9 @@ def stack_tree(request: AuthedRequest) -> HttpResponse:
     context = _page_context(request)
     at_ms = now_ms()
     filters = {k: v for k, v in context["form"].filters().items() if k != "nesting"}
-    roots = filter_stacks(stacks_for(request.user), filters, at_ms).filter(parent__isnull=True)
+    roots = filter_stacks(stacks_for(request.user), filters, at_ms, context["sort"]).filter(parent__isnull=True)
+    if context["search_error"]:
+        roots = roots.none()
     page = Paginator(roots, settings.CDKD_PAGE_SIZE).get_page(request.GET.get("page"))
     page_roots = list(page.object_list)
     descendants = list(
