@@ -144,10 +144,9 @@ def filter_stacks(stacks: QuerySet[Stack], filters: dict, at_ms: int, sort: str 
     return stacks.order_by(*_order(sort_key(sort)))
 
 
-def _page_context(request: AuthedRequest) -> dict:
-    """The parts the list and the tree share: filter form, account header, active sync."""
-    user = request.user
-    accounts = list(
+def account_cards(user) -> list[Account]:
+    """The accounts header of the stacks page (also sent out of band when a sync ends)."""
+    return list(
         accounts_for(user)
         .annotate(
             stack_count=Count("stacks", distinct=True),
@@ -155,6 +154,36 @@ def _page_context(request: AuthedRequest) -> dict:
         )
         .order_by("name", "account_id")
     )
+
+
+def describe_sync(run: SyncRun | None) -> SyncRun | None:
+    """What the progress card says: while running, the GETs done of those to do; at the end,
+    the records listed, downloaded and unchanged summed over the accounts (a sync in which
+    nothing changed downloads nothing, so `done` alone would read "0 records")."""
+    if run is None:
+        return None
+    accounts = run.result.get("accounts", []) if isinstance(run.result, dict) else []
+
+    def total(name: str) -> int:
+        return sum(a[name] for a in accounts if isinstance(a, dict) and isinstance(a.get(name), int))
+
+    run.listed, run.fetched, run.unchanged, run.removed = (
+        total(n) for n in ("listed", "fetched", "unchanged", "removed")
+    )
+    return run
+
+
+def _no_role(request: AuthedRequest) -> HttpResponse | None:
+    """A person with no role anywhere gets a page that says so (and no Sync button)."""
+    if request.user.is_superuser or accounts_for(request.user).exists():
+        return None
+    return render(request, "stacks/no_role.html", status=200)
+
+
+def _page_context(request: AuthedRequest) -> dict:
+    """The parts the list and the tree share: filter form, account header, active sync."""
+    user = request.user
+    accounts = account_cards(user)
     visible = stacks_for(user)
     regions = visible.exclude(region=None).order_by("region").values_list("region", flat=True).distinct()
     versions = (
@@ -170,6 +199,7 @@ def _page_context(request: AuthedRequest) -> dict:
         .order_by("-created_at")
         .first()
     )
+    describe_sync(active_sync)
     sort = sort_key(request.GET.get("sort"))
     return {
         "form": form,
@@ -229,6 +259,8 @@ def _without(params, *names: str) -> str:
 def stack_list(request: AuthedRequest) -> HttpResponse:
     if request.GET.get("view") == "tree":
         return stack_tree(request)
+    if (no_role := _no_role(request)) is not None:
+        return no_role
     context = _page_context(request)
     stacks = filter_stacks(stacks_for(request.user), context["form"].filters(), now_ms(), context["sort"])
     if context["search_error"]:
@@ -264,6 +296,8 @@ def _tree_rows(roots: list[Stack], descendants: list[Stack]) -> list[tuple[Stack
 def stack_tree(request: AuthedRequest) -> HttpResponse:
     """Top-level stacks (and children whose parent record is gone), a page at a time, each
     with every nested stack below it. Filters choose the roots."""
+    if (no_role := _no_role(request)) is not None:
+        return no_role
     context = _page_context(request)
     at_ms = now_ms()
     filters = {k: v for k, v in context["form"].filters().items() if k != "nesting"}
@@ -309,6 +343,8 @@ def account_list(request: AuthedRequest) -> HttpResponse:
 def sync_start(request: AuthedRequest) -> HttpResponse:
     """Queue a sync of one account or of every account the person sees, then show its
     progress (a polling fragment for htmx, the sync page otherwise)."""
+    if not request.user.is_superuser and not accounts_for(request.user).exists():
+        return render(request, "stacks/no_role.html", {"refused": True}, status=403)
     form = SyncForm(request.POST)
     if not form.is_valid():
         raise Http404("No such account")
@@ -320,7 +356,7 @@ def sync_start(request: AuthedRequest) -> HttpResponse:
     except PermissionDenied:
         raise Http404("No such account") from None
     if is_partial(request):
-        return render(request, "stacks/sync.html#progress", {"run": run})
+        return render(request, "stacks/sync.html#progress", {"run": describe_sync(run)})
     return redirect("sync_status", run_id=run.pk)
 
 
@@ -337,10 +373,17 @@ def _get_run_or_404(request: AuthedRequest, run_id: int) -> SyncRun:
 @never_cache
 @require_GET
 def sync_status(request: AuthedRequest, run_id: int) -> HttpResponse:
-    run = _get_run_or_404(request, run_id)
+    run = describe_sync(_get_run_or_404(request, run_id))
     if is_partial(request):
         response = render(request, "stacks/sync.html#progress", {"run": run})
         if run.finished:
-            return HttpResponseStopPolling(response.content)
+            # The account cards come along out of band, and the stacks table reloads on
+            # the `sync-finished` event: the page is current without a reload.
+            cards = render(
+                request, "stacks/list.html#accounts-summary", {"accounts": account_cards(request.user), "oob": True}
+            )
+            stopped = HttpResponseStopPolling(response.content + cards.content)
+            stopped["HX-Trigger"] = "sync-finished"
+            return stopped
         return response
     return render(request, "stacks/sync.html", {"run": run})
