@@ -25,6 +25,8 @@ stack_patterns = [
     path("reveal/", stack_reveal, name="stack_reveal"),
     path("history/", views.stack_history, name="stack_history"),
     path("history/diff/", views.stack_diff, name="stack_diff"),
+    # Before the version route: "download" is not a version id. Masked, `?version_id=`.
+    path("history/download/", views.stack_version_download, name="stack_version_download"),
     # S3 version ids may contain "/" and "+".
     path("history/<path:version_id>/", views.stack_version, name="stack_version"),
     # A malformed record can hold any logical id, `/` included.
