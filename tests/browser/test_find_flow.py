@@ -59,8 +59,8 @@ def world():
 
 def versions(stack, *, actor):
     return [
-        VersionInfo(KEY, "v2", datetime(2025, 12, 1, 9, 0, 1, tzinfo=UTC), 900, True, False, '"v2"'),
-        VersionInfo(KEY, "v1", datetime(2025, 12, 1, 8, 0, 1, tzinfo=UTC), 700, False, False, '"v1"'),
+        VersionInfo(KEY, "v2", datetime(2026, 12, 1, 9, 0, 1, tzinfo=UTC), 900, True, False, '"v2"'),
+        VersionInfo(KEY, "v1", datetime(2026, 12, 1, 8, 0, 5, tzinfo=UTC), 700, False, False, '"v1"'),
     ]
 
 
@@ -117,6 +117,7 @@ def test_it_finds_stacks_exports_history_and_resources(page, live_server, monkey
         text = page.locator("#versions").inner_text()
         assert "2025-12-01 09:00:00" in text and "2025-12-01 08:00:00" in text  # cdkd's lastModified
         assert "Download" in text
+        assert "cdkd deploy 20261201T080000000Z-aaaaaaaa" in text  # v1 fell within that run
         page.screenshot(path=SHOTS.format("history"), full_page=True)
         page.check("input[name=a][value=v1]")
         page.check("input[name=b][value=v2]")
