@@ -75,9 +75,7 @@ def export_rows(stacks: QuerySet[Stack]) -> list[ExportRow]:
                 continue
             if isinstance(src, str):
                 imported[(row["account_id"], src, src_region)].add(name)
-            importers[(row["account_id"], src_region, name)].append(
-                Importer(row["stack_name"], row["region"], slug)
-            )
+            importers[(row["account_id"], src_region, name)].append(Importer(row["stack_name"], row["region"], slug))
 
     # What the scans flagged in the current records, in one query (secretmask.flagged_paths
     # asks per stack): the same masking as every page, without a query per record.

@@ -104,7 +104,9 @@ def with_status(stacks: QuerySet[Stack]) -> QuerySet[Stack]:
     ).order_by(F("run_at").desc(nulls_last=True), "-run_id")
     findings = (
         SecretFinding.objects.filter(
-            account=OuterRef("account"), stack_name=OuterRef("stack_name"), region=Coalesce(OuterRef("region"), Value(""))
+            account=OuterRef("account"),
+            stack_name=OuterRef("stack_name"),
+            region=Coalesce(OuterRef("region"), Value("")),
         )
         .order_by()
         .values("account")

@@ -303,7 +303,9 @@ def operation_new(
     region = None if stack.legacy else stack.region
 
     if request.method == "GET" and kind == OperationKind.ORPHAN_RESOURCES and picker.is_picking(data):
-        return render(request, "stacks/operation_new.html", {**context, **picker.picker_context(data, rows), "picking": True})
+        return render(
+            request, "stacks/operation_new.html", {**context, **picker.picker_context(data, rows), "picking": True}
+        )
     if not form.is_valid():
         context["picking"] = "resources" in form.errors
         if context["picking"]:

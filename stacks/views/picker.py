@@ -51,7 +51,9 @@ def matching(rows: list[PickRow], match: str) -> list[PickRow]:
     return [
         r
         for r in rows
-        if needle in r.logical_id.casefold() or needle in r.resource_type.casefold() or needle in r.physical_id.casefold()
+        if needle in r.logical_id.casefold()
+        or needle in r.resource_type.casefold()
+        or needle in r.physical_id.casefold()
     ]
 
 

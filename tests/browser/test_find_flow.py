@@ -24,12 +24,18 @@ from tests.views.test_events_pages import make_run
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 KEY = "cdkd/network/us-east-1/state.json"
-NET_V1 = record("network", resources={"Vpc": resource_row("AWS::EC2::VPC", "vpc-1", properties={"CidrBlock": "10.0.0.0/16"})}, lastModified=1_764_576_000_000)
+NET_V1 = record(
+    "network",
+    resources={"Vpc": resource_row("AWS::EC2::VPC", "vpc-1", properties={"CidrBlock": "10.0.0.0/16"})},
+    lastModified=1_764_576_000_000,
+)
 NET_V2 = record(
     "network",
     resources={
         "Vpc": resource_row("AWS::EC2::VPC", "vpc-1", properties={"CidrBlock": "10.1.0.0/16"}),
-        "Subnet": resource_row("AWS::EC2::Subnet", "subnet-1", properties={"VpcId": "vpc-1", "CidrBlock": "10.1.1.0/24"}),
+        "Subnet": resource_row(
+            "AWS::EC2::Subnet", "subnet-1", properties={"VpcId": "vpc-1", "CidrBlock": "10.1.1.0/24"}
+        ),
     },
     outputs={"VpcId": "vpc-1", "Shared-VpcId": "vpc-1"},
     exportNames=["Shared-VpcId"],
@@ -45,15 +51,27 @@ def world():
     Membership.objects.create(user=olivia, account=prod, role=Role.OPERATOR)
     network = make_stack(prod, "network", data=NET_V2)
     for name in ("api", "web"):
-        data = record(name, imports=[{"sourceStack": "network", "sourceRegion": "us-east-1", "exportName": "Shared-VpcId"}])
+        data = record(
+            name, imports=[{"sourceStack": "network", "sourceRegion": "us-east-1", "exportName": "Shared-VpcId"}]
+        )
         stack = make_stack(prod, name, data=data)
         stack.imports = mirror_imports(parse_state(bytes(stack.body)))
         stack.save(update_fields=["imports"])
     make_lock(network)
     make_run(prod, "network", "20261201T080000000Z-aaaaaaaa", command="deploy", result="FAILED")
-    SecretFinding.objects.create(account=prod, stack_name="api", region="us-east-1", key="cdkd/api/us-east-1/state.json", source="x")
-    big = {f"Res{i:04d}": resource_row("AWS::SQS::Queue" if i % 2 else "AWS::S3::Bucket", f"arn:aws:sqs:us-east-1:111111111111:queue-with-a-long-name-{i:04d}") for i in range(2000)}
-    make_stack(prod, "a-very-long-stack-name-that-goes-on-" + "and-on-" * 12 + "end", data=record("long", resources=big))
+    SecretFinding.objects.create(
+        account=prod, stack_name="api", region="us-east-1", key="cdkd/api/us-east-1/state.json", source="x"
+    )
+    big = {
+        f"Res{i:04d}": resource_row(
+            "AWS::SQS::Queue" if i % 2 else "AWS::S3::Bucket",
+            f"arn:aws:sqs:us-east-1:111111111111:queue-with-a-long-name-{i:04d}",
+        )
+        for i in range(2000)
+    }
+    make_stack(
+        prod, "a-very-long-stack-name-that-goes-on-" + "and-on-" * 12 + "end", data=record("long", resources=big)
+    )
     return prod
 
 
@@ -71,7 +89,9 @@ def get_version(stack, version_id, *, actor):
 def test_it_finds_stacks_exports_history_and_resources(page, live_server, monkeypatch):
     world()
     monkeypatch.setattr(
-        operations, "compute_plan", lambda account, kind, stack, region, params, person: fake_plan(kind, stack, region, params)
+        operations,
+        "compute_plan",
+        lambda account, kind, stack, region, params, person: fake_plan(kind, stack, region, params),
     )
     page.goto(f"{live_server.url}/stacks/")
     page.fill("#id_username", "olivia")

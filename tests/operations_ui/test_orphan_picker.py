@@ -16,7 +16,9 @@ pytestmark = pytest.mark.django_db
 
 
 def new_url(stack) -> str:
-    return reverse("operation_new", args=[stack.account.account_id, stack.region_slug, stack.stack_name, "orphan-resources"])
+    return reverse(
+        "operation_new", args=[stack.account.account_id, stack.region_slug, stack.stack_name, "orphan-resources"]
+    )
 
 
 @pytest.fixture

@@ -225,7 +225,12 @@ def test_it_masks_an_export_value_the_secret_scan_flagged(alice_client, prod):
 
     stack = exporter(prod, "plain", {"Shared-Endpoint": "looks-harmless-42"}, ["Shared-Endpoint"])
     SecretFinding.objects.create(
-        account=prod, stack_name="plain", region="us-east-1", key=stack.key, path=["outputs", "Shared-Endpoint"], source="x"
+        account=prod,
+        stack_name="plain",
+        region="us-east-1",
+        key=stack.key,
+        path=["outputs", "Shared-Endpoint"],
+        source="x",
     )
     html = alice_client.get(reverse("exports")).content.decode()
     assert "Shared-Endpoint" in html and "looks-harmless-42" not in html
