@@ -9,6 +9,7 @@ annotation, account and lock come in with `select_related`, and the resource sea
 from __future__ import annotations
 
 from collections import defaultdict
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -30,6 +31,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -379,12 +381,13 @@ def sync_status(request: AuthedRequest, run_id: int) -> HttpResponse:
     if is_partial(request):
         response = render(request, "stacks/sync.html#progress", {"run": run})
         if run.finished:
-            # The account cards come along out of band, and the stacks table reloads on
-            # the `sync-finished` event: the page is current without a reload.
-            cards = render(
-                request, "stacks/list.html#accounts-summary", {"accounts": account_cards(request.user), "oob": True}
-            )
-            stopped = HttpResponseStopPolling(response.content + cards.content)
+            # On the stacks page the account cards come along out of band, and the table
+            # reloads on the `sync-finished` event: the page is current without a reload.
+            content = response.content
+            if urlsplit(request.htmx.current_url or "").path.startswith(reverse("stacks")):
+                context = {"accounts": account_cards(request.user), "oob": True}
+                content += render(request, "stacks/list.html#accounts-summary", context).content
+            stopped = HttpResponseStopPolling(content)
             stopped["HX-Trigger"] = "sync-finished"
             return stopped
         return response

@@ -165,3 +165,36 @@ def test_it_finds_stacks_exports_history_and_resources(page, live_server, monkey
     page.wait_for_selector("#plan")
     assert page.locator("#confirm input[name=resources]").count() == 10
     page.screenshot(path=SHOTS.format("picker-plan"), full_page=False)
+
+
+def test_it_updates_the_account_cards_and_table_when_a_sync_ends(page, live_server):
+    from django.utils import timezone
+
+    from stacks.models import SyncRun, SyncStatus
+
+    prod = world()
+    olivia = Membership.objects.get(account=prod).user
+    run = SyncRun.objects.create(
+        account=prod, account_ids=[prod.pk], requested_by=olivia, status=SyncStatus.RUNNING, total=4, done=1
+    )
+    page.goto(f"{live_server.url}/stacks/")
+    page.fill("#id_username", "olivia")
+    page.fill("#id_password", "pw")
+    page.click("button[type=submit]")
+    page.locator(f"#sync-run-{run.pk}").get_by_text("1 of 4 records downloaded").wait_for()
+    expect(page.locator("#accounts-summary")).to_contain_text("4 stacks")
+    # The sync ends having found a fifth record: cards and table follow, with no reload.
+    make_stack(prod, "found-by-the-sync")
+    prod.last_synced_at = timezone.now()
+    prod.save(update_fields=["last_synced_at"])
+    result = {
+        "accounts": [
+            {"account": prod.account_id, "listed": 5, "fetched": 1, "unchanged": 4, "removed": 0, "errors": []}
+        ]
+    }
+    SyncRun.objects.filter(pk=run.pk).update(status=SyncStatus.SUCCEEDED, finished_at=timezone.now(), result=result)
+    page.locator(f"#sync-run-{run.pk}").get_by_text("5 records listed, 1 downloaded, 4 unchanged").wait_for()
+    expect(page.locator("#accounts-summary")).to_contain_text("5 stacks")
+    expect(page.locator("#stack-table tbody tr")).to_have_count(5)
+    assert "Last sync: never" not in page.locator("#accounts-summary").inner_text()
+    page.screenshot(path=SHOTS.format("sync-ended"), full_page=True)

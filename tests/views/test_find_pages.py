@@ -44,12 +44,20 @@ def test_it_reports_a_finished_sync_that_downloaded_nothing_by_what_it_listed(al
 def test_it_sends_the_account_cards_and_a_reload_event_when_the_sync_ends(alice_client, alice, prod):
     make_stack(prod, "fresh-stack")
     run = SyncRun.objects.create(requested_by=alice, status=SyncStatus.SUCCEEDED, result={"accounts": []})
-    response = alice_client.get(reverse("sync_status", args=[run.pk]), headers={"HX-Request": "true"})
+    on_stacks = {"HX-Request": "true", "HX-Current-URL": "http://testserver/stacks/?sort=name"}
+    response = alice_client.get(reverse("sync_status", args=[run.pk]), headers=on_stacks)
     assert response.status_code == 286
     assert response["HX-Trigger"] == "sync-finished"
     html = response.content.decode()
     assert 'id="accounts-summary" aria-label="Accounts" hx-swap-oob="true"' in html
     assert "1 stack</a>" in html  # prod's card, counted now
+
+
+def test_it_sends_no_cards_to_the_sync_page_which_has_none(alice_client, alice, prod):
+    run = SyncRun.objects.create(requested_by=alice, status=SyncStatus.SUCCEEDED, result={"accounts": []})
+    on_sync_page = {"HX-Request": "true", "HX-Current-URL": f"http://testserver/sync/{run.pk}/"}
+    response = alice_client.get(reverse("sync_status", args=[run.pk]), headers=on_sync_page)
+    assert response.status_code == 286 and b"accounts-summary" not in response.content
 
 
 def test_it_reloads_the_stack_table_on_the_sync_finished_event(alice_client, prod):
