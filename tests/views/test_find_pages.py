@@ -242,3 +242,10 @@ def test_it_masks_an_export_value_the_secret_scan_flagged(alice_client, prod):
     )
     html = alice_client.get(reverse("exports")).content.decode()
     assert "Shared-Endpoint" in html and "looks-harmless-42" not in html
+
+
+def test_it_words_a_timeline_filter_error_by_its_label_not_its_field_name(alice_client, prod):
+    response = alice_client.get(reverse("events"), {"since": "not a date"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "From: Enter a valid date/time." in html and "since:" not in html
