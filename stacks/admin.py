@@ -152,6 +152,10 @@ class DeploymentRunInline(admin.TabularInline):
     max_num = 0
 
 
+# Django would say "Event indexs". Set here, not in the model's Meta, so no migration.
+EventIndex._meta.verbose_name_plural = "event indexes"
+
+
 @admin.register(EventIndex)
 class EventIndexAdmin(ReadOnlyAdmin):
     list_display = ["stack_name", "account", "region", "error", "synced_at"]

@@ -9,7 +9,10 @@ read counts as empty and the damage itself shows up as a top-level field change.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from engine.schema import ParsedRecord
@@ -18,6 +21,18 @@ from engine.schema import ParsedRecord
 # field of the record is compared as a field.
 _CONTAINERS = ("resources", "outputs")
 _MISSING = object()
+# Fields cdkd writes as epoch milliseconds: the diff shows them as dates too.
+_TIME_FIELD = re.compile(r"(?:^|\.)(lastModified|timestamp|createdAt|updatedAt|expiresAt|startedAt|finishedAt)$")
+# Containers of a resource row whose entries are compared (and listed) one by one.
+_ROW_MAPS = ("properties", "attributes", "observedProperties")
+
+
+def _as_date(path: str, value: Any) -> datetime | None:
+    if not _TIME_FIELD.search(path) or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or not 0 <= value < 32_503_680_000_000:  # before year 3000
+        return None
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
 
 
 @dataclass(frozen=True)
@@ -37,6 +52,14 @@ class Change:
     @property
     def after_json(self) -> str:
         return "" if self.kind == "removed" else _dump(self.after)
+
+    @property
+    def before_date(self) -> datetime | None:
+        return None if self.kind == "added" else _as_date(self.path, self.before)
+
+    @property
+    def after_date(self) -> datetime | None:
+        return None if self.kind == "removed" else _as_date(self.path, self.after)
 
 
 @dataclass
@@ -126,6 +149,20 @@ def _resources(record: ParsedRecord) -> dict[str, Any]:
     return rows
 
 
+def _entries(row: Any, kind: str) -> list[Change]:
+    """A whole added or removed row, one change per field and per property (not one blob)."""
+    if not isinstance(row, dict):
+        return [Change("", row if kind == "removed" else None, row if kind == "added" else None, kind)]
+    changes: list[Change] = []
+    for key, value in row.items():
+        items = value.items() if key in _ROW_MAPS and isinstance(value, dict) and value else [(None, value)]
+        for sub, inner in items:
+            path = key if sub is None else _join(key, sub)
+            before, after = (inner, None) if kind == "removed" else (None, inner)
+            changes.append(Change(path, before, after, kind))
+    return changes
+
+
 def _type_of(row: Any) -> str:
     value = row.get("resourceType") if isinstance(row, dict) else None
     return value if isinstance(value, str) else ""
@@ -158,12 +195,10 @@ def diff_records(before: ParsedRecord, after: ParsedRecord) -> RecordDiff:
     for logical_id in sorted(set(b_rows) | set(a_rows)):
         if logical_id not in b_rows:
             row = a_rows[logical_id]
-            result.resources.append(ResourceDiff(logical_id, _type_of(row), "added", [Change("", None, row, "added")]))
+            result.resources.append(ResourceDiff(logical_id, _type_of(row), "added", _entries(row, "added")))
         elif logical_id not in a_rows:
             row = b_rows[logical_id]
-            result.resources.append(
-                ResourceDiff(logical_id, _type_of(row), "removed", [Change("", row, None, "removed")])
-            )
+            result.resources.append(ResourceDiff(logical_id, _type_of(row), "removed", _entries(row, "removed")))
         else:
             changes = json_changes(b_rows[logical_id], a_rows[logical_id])
             if changes:

@@ -12,6 +12,7 @@ from django.urls import include, path
 from stacks import views
 from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, stack_plan_new
 from stacks.views.detail import stack_reveal
+from stacks.views.exports_page import account_exports, all_exports
 from stacks.views.people import account_member_reveal
 
 STACK = "stacks/<str:account_id>/<str:region_slug>/<str:stack_name>/"
@@ -24,6 +25,8 @@ stack_patterns = [
     path("reveal/", stack_reveal, name="stack_reveal"),
     path("history/", views.stack_history, name="stack_history"),
     path("history/diff/", views.stack_diff, name="stack_diff"),
+    # Before the version route: "download" is not a version id. Masked, `?version_id=`.
+    path("history/download/", views.stack_version_download, name="stack_version_download"),
     # S3 version ids may contain "/" and "+".
     path("history/<path:version_id>/", views.stack_version, name="stack_version"),
     # A malformed record can hold any logical id, `/` included.
@@ -65,6 +68,9 @@ urlpatterns = [
     # A run id is one key segment (no "/"); cdkd's are `20260613T012345678Z-1a2b3c4d`.
     path("events/<str:account_id>/<str:region>/<str:stack_name>/<str:run_id>/", views.event_run, name="event_run"),
     path("accounts/<str:account_id>/settings/", include(account_patterns)),
+    # Every export, its value, exporter and importers: of one account, or of every visible one.
+    path("accounts/<str:account_id>/exports/", account_exports, name="account_exports"),
+    path("exports/", all_exports, name="exports"),
     # Plan a deploy (read-only): of a new stack from the account, of a stack from its page.
     path("accounts/<str:account_id>/plan/", account_plan_new, name="account_plan_new"),
     path("plans/<int:plan_id>/", deploy_plan, name="deploy_plan"),

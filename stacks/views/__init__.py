@@ -3,7 +3,7 @@
 from stacks.views.audit import audit_log
 from stacks.views.detail import stack_detail, stack_download, stack_json, stack_resource
 from stacks.views.events import event_run, event_timeline
-from stacks.views.history import stack_diff, stack_history, stack_version
+from stacks.views.history import stack_diff, stack_history, stack_version, stack_version_download
 from stacks.views.listing import account_list, stack_list, stack_tree, sync_start, sync_status
 from stacks.views.operations import (
     operation_cancel,
@@ -50,6 +50,7 @@ __all__ = [
     "stack_resource",
     "stack_tree",
     "stack_version",
+    "stack_version_download",
     "sync_start",
     "sync_status",
 ]

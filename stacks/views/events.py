@@ -142,6 +142,11 @@ def event_timeline(request: AuthedRequest) -> HttpResponse | StreamingHttpRespon
     if filters["format"]:
         rows = (run_json(run) for run in runs.iterator(chunk_size=500))
         return _download(rows, filters["format"], RUN_EXPORT_FIELDS, "cdkd-runs")
+    # Whether the run's stack still has a record, so its name links to the stack page.
+    records = Stack.objects.filter(
+        account=OuterRef("account"), stack_name=OuterRef("stack_name"), region=OuterRef("region"), legacy=False
+    )
+    runs = runs.annotate(has_record=Exists(records))
     page = Paginator(runs, settings.CDKD_PAGE_SIZE).get_page(filters.get("page"))
     for run in page.object_list:
         run.badge = RESULT_BADGES.get(run.result, "none")
@@ -206,6 +211,15 @@ def event_run(
     events = [_event_view(e) for e in run.events.order_by("seq")]
     audit = list(AuditEvent.objects.filter(operation=run.operation_id).order_by("id")) if run.operation_id else []
     stack = Stack.objects.filter(account=account, stack_name=stack_name, region=region, legacy=False).first()
+    # A nested child's events carry its name: link those that have a record (one query).
+    children = {e.stack_name for e in events if e.stack_name and e.stack_name != run.stack_name}
+    linked = set(
+        Stack.objects.filter(account=account, region=region, legacy=False, stack_name__in=children).values_list(
+            "stack_name", flat=True
+        )
+    )
+    for e in events:
+        e.child_has_record = e.stack_name in linked
     context = {
         "run": run,
         "run_badge": RESULT_BADGES.get(run.result, "none"),

@@ -51,6 +51,7 @@ from stacks.models import (
     Stack,
 )
 from stacks.secretmask import mask_plan
+from stacks.views import picker
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.detail import parse_stack
 
@@ -343,17 +344,22 @@ def operation_new(
         return refusal(request, why, 409, title=f"{OperationKind(kind).label} cannot run on {stack.stack_name}")
     lock = Lock.objects.filter(stack=stack).first() if kind == OperationKind.FORCE_UNLOCK else None
     unreadable = lock is not None and not lock.readable
-    logical_ids = [lid for lid, _row in parse_stack(stack).resource_rows()] if kind == "orphan-resources" else []
-    data = request.POST if request.method == "POST" else request.GET
+    rows = picker.pick_rows(parse_stack(stack).resource_rows()) if kind == "orphan-resources" else []
+    logical_ids = [r.logical_id for r in rows]
+    data = request.POST if request.method == "POST" else picker.expand(request.GET, rows)
     form = OperationParamsForm(data, kind=kind, logical_ids=logical_ids, unreadable_lock=unreadable)
     context = _new_operation_context(stack, kind, form, unreadable)
     context["logical_ids"] = logical_ids
     region = None if stack.legacy else stack.region
 
-    if request.method == "GET" and kind == OperationKind.ORPHAN_RESOURCES and "resources" not in request.GET:
-        return render(request, "stacks/operation_new.html", {**context, "picking": True})
+    if request.method == "GET" and kind == OperationKind.ORPHAN_RESOURCES and picker.is_picking(data):
+        return render(
+            request, "stacks/operation_new.html", {**context, **picker.picker_context(data, rows), "picking": True}
+        )
     if not form.is_valid():
         context["picking"] = "resources" in form.errors
+        if context["picking"]:
+            context.update(picker.picker_context(data, rows), picker_submitted=True)
         return render(request, "stacks/operation_new.html", context, status=400)
     params = form.params()
     status = 200

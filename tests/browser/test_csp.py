@@ -51,18 +51,18 @@ def test_it_polls_and_swaps_under_the_policy_with_no_violation(page, server, art
     page.fill("#id_password", "pw")
     page.click("button[type=submit]")
     region = page.locator(f"#sync-run-{run.pk}")
-    region.get_by_text("3 / 10 records").wait_for()
+    region.get_by_text("3 of 10 records downloaded").wait_for()
 
     # The worker's progress, picked up by the region's own polling (hx-trigger="every 1s").
     SyncRun.objects.filter(pk=run.pk).update(done=7)
-    region.get_by_text("7 / 10 records").wait_for()
+    region.get_by_text("7 of 10 records downloaded").wait_for()
     SyncRun.objects.filter(pk=run.pk).update(
         status=SyncStatus.SUCCEEDED,
         done=10,
         finished_at=timezone.now(),
         result={"accounts": [{"account": "111111111111", "listed": 2, "fetched": 2, "unchanged": 0, "removed": 0}]},
     )
-    region.get_by_text("Reload stacks").wait_for()
+    region.get_by_text("2 records listed, 2 downloaded, 0 unchanged").wait_for()
     assert "2 listed, 2 downloaded" in region.inner_text()
     assert page.evaluate("window.htmx && htmx.config.allowEval") is False
     page.screenshot(path=str(artifacts / "csp-sync.png"), full_page=True)

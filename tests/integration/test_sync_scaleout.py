@@ -277,7 +277,7 @@ def test_the_progress_page_follows_a_run_across_its_account_jobs(sync_queue, aws
     run.refresh_from_db()
     assert (run.status, run.done, run.total, run.phase) == (SyncStatus.RUNNING, 3, 3, "1 of 2 accounts synced")
     body = client.get(page, headers={"HX-Request": "true"}).content.decode()
-    assert "1 of 2 accounts synced" in body and "3 / 3 records" in body and "hx-trigger" in body
+    assert "1 of 2 accounts synced" in body and "3 of 3 records downloaded" in body and "hx-trigger" in body
 
     run_account_job(second.pk)
     run.refresh_from_db()

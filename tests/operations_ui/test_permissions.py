@@ -114,6 +114,11 @@ RULES: dict[str, Rule] = {
     "stack_history": Rule(stack_kwargs, get=READ_A),
     "stack_diff": Rule(stack_kwargs, get=READ_A, query="?a=v1&b=current"),
     "stack_version": Rule(lambda w: {**stack_kwargs(w), "version_id": "v1"}, get=READ_A),
+    # Any version as a file, masked like the pages (verbatim bytes only through Reveal).
+    "stack_version_download": Rule(stack_kwargs, get=READ_A, query="?version_id=v1"),
+    # Exports read the mirror: like the stacks they come from.
+    "account_exports": Rule(lambda w: {"account_id": A}, get=READ_A),
+    "exports": Rule(get=every(200), lists_a=True),
     # Planning reads the bucket and changes nothing, but takes an operator; an empty POST is
     # a form error (400) for those who may plan. A plan reads like its stack.
     "stack_plan_new": Rule(stack_kwargs, get=OPERATOR_PAGE, post=on_a(404, 403, 400, 400, 400)),
