@@ -12,7 +12,6 @@ import json
 
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
-from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -25,7 +24,7 @@ from stacks.models import Role
 from stacks.secretmask import masked_body, may_reveal
 from stacks.views import present
 from stacks.views.common import AuthedRequest, actor, engine_error
-from stacks.views.detail import _attachment, parse_stack
+from stacks.views.detail import _attachment, parse_stack, render  # render: a lone surrogate is escaped, not a 500
 
 CURRENT = "current"
 VERSIONS_PER_PAGE = 20
