@@ -124,3 +124,13 @@ def test_it_shows_access_denied_on_a_version_as_502(alice_client, prod):
         response = alice_client.get(url(stack, "stack_version", "v1"))
     assert response.status_code == 502
     assert "s3:GetObjectVersion" in response.content.decode()
+
+
+def test_it_shows_a_version_whose_ids_hold_a_lone_surrogate(alice_client, prod):
+    stack = make_stack(prod, "web", data=NEW)
+    body = b'{"version": 11, "resources": {"Q\\ud800": {"resourceType": "AWS::SQS::Queue", "physicalId": "q\\ud800"}}}'
+    damaged = StoredObject("cdkd/web/us-east-1/state.json", body, '"v1"', "v1", None)
+    with mock.patch.object(history, "get_version", autospec=True, return_value=damaged):
+        response = alice_client.get(url(stack, "stack_version", "v1"))
+    assert response.status_code == 200
+    assert b"\\ud800" in response.content
