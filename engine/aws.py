@@ -273,11 +273,16 @@ MAX_ERROR_MESSAGE = 300  # characters of AWS's message kept in an operation's me
 
 
 def error_code(exc: BaseException) -> str:
-    """AWS's error code of a ClientError; "" when the body named none (botocore then puts
-    the HTTP status there) and for anything that is not a ClientError."""
+    """AWS's error code of a ClientError ("" for anything else). When the body named none,
+    botocore puts the HTTP status there ("404" from a HEAD): callers compare with it."""
     if not isinstance(exc, ClientError):
         return ""
-    code = str(exc.response.get("Error", {}).get("Code", "") or "")
+    return str(exc.response.get("Error", {}).get("Code", "") or "")
+
+
+def named_error_code(exc: BaseException) -> str:
+    """`error_code` for messages: "" when it is only botocore's stand-in HTTP status."""
+    code = error_code(exc)
     return "" if code.isdigit() else code
 
 
@@ -287,10 +292,10 @@ def error_message(exc: BaseException, service: str = "") -> str:
     if not isinstance(exc, ClientError):
         return bounded(str(exc))
     message = str(exc.response.get("Error", {}).get("Message", "") or "")
-    if _MARKUP.match(message) or (not message.strip() and not error_code(exc)):
+    if _MARKUP.match(message) or (not message.strip() and not named_error_code(exc)):
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "error"
         where = f" from {service}" if service else ""
-        return f"HTTP {status}{where}" + ("" if error_code(exc) else " (no error code)")
+        return f"HTTP {status}{where}" + ("" if named_error_code(exc) else " (no error code)")
     return bounded(message)
 
 

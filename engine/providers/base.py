@@ -185,12 +185,12 @@ def describe(ref: ResourceRef, physical_id: str | None = None) -> str:
 
 def provider_error(ref: ResourceRef, action: str, exc: BaseException, *, what: str = "") -> ProviderError:
     """The ProviderError for a failed AWS call: who, which action, AWS's code and message."""
-    code = error_code(exc) or ("" if isinstance(exc, ClientError) else type(exc).__name__)
+    code = engine_aws.named_error_code(exc) or ("" if isinstance(exc, ClientError) else type(exc).__name__)
     detail = what or error_message(exc, service_of(ref, action))
     message = f"{describe(ref)}: {action} failed" + (f" ({code})" if code else "")
     if detail:
         message += f": {detail}"
-    return ProviderError(message, aws_code=error_code(exc) or None, request_id=request_id(exc))
+    return ProviderError(message, aws_code=engine_aws.named_error_code(exc) or None, request_id=request_id(exc))
 
 
 def is_redacted(value: Any) -> bool:

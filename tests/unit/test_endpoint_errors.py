@@ -95,5 +95,6 @@ def test_it_keeps_a_real_message_but_bounds_it():
     message = engine_aws.error_message(exc, "cloudcontrol")
     assert len(message) == engine_aws.MAX_ERROR_MESSAGE and message.endswith("…")
     numeric = ClientError({"Error": {"Code": "502", "Message": ""}, "ResponseMetadata": {"HTTPStatusCode": 502}}, "X")
-    assert engine_aws.error_code(numeric) == ""
+    assert engine_aws.error_code(numeric) == "502"  # callers compare with the stand-in status
+    assert engine_aws.named_error_code(numeric) == ""
     assert engine_aws.error_message(numeric, "sqs") == "HTTP 502 from sqs (no error code)"
