@@ -320,7 +320,7 @@ def _decode_json(files: dict[str, bytes], rel: str, named_by: str) -> Any:
 def _join(base: str, rel: Any, where: str, what: str) -> str:
     """`rel` (from a manifest) under the directory `base`, refusing escapes."""
     if not isinstance(rel, str) or not rel:
-        raise AssemblyError(where, f"{what} must be a non-empty string, not {_kind(rel)}")
+        raise AssemblyError(where, f"{what} must be a non-empty string, not {kind_phrase(rel)}")
     if rel.startswith("/") or _DRIVE_RE.match(rel) or "\\" in rel:
         raise AssemblyError(where, f"{what} {rel!r} is an absolute path; only relative paths are accepted")
     joined = posixpath.normpath(posixpath.join(base, rel)) if base else posixpath.normpath(rel)
@@ -329,7 +329,8 @@ def _join(base: str, rel: Any, where: str, what: str) -> str:
     return joined
 
 
-def _kind(value: Any) -> str:
+def kind_phrase(value: Any) -> str:
+    """How a message names a JSON value's kind ("a string", "null", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -347,7 +348,7 @@ def parse_environment(raw: Any, where: str) -> Environment:
     if raw is None:
         return Environment(None, None, None)
     if not isinstance(raw, str):
-        raise AssemblyError(where, f"environment must be a string 'aws://account/region', not {_kind(raw)}")
+        raise AssemblyError(where, f"environment must be a string 'aws://account/region', not {kind_phrase(raw)}")
     m = _ENV_RE.match(raw)
     if not m:
         raise AssemblyError(where, f"environment {raw!r} is not of the form aws://account/region")
@@ -359,17 +360,19 @@ def parse_environment(raw: Any, where: str) -> Environment:
 
 def check_template(template: Any, rel: str) -> dict[str, Any]:
     if not isinstance(template, dict):
-        raise AssemblyError(rel, f"a template must be a JSON object, not {_kind(template)}")
+        raise AssemblyError(rel, f"a template must be a JSON object, not {kind_phrase(template)}")
     for section in _TEMPLATE_SECTIONS_OBJECTS:
         if section in template and not isinstance(template[section], dict):
-            raise AssemblyError(rel, f"{section} must be an object, not {_kind(template[section])}")
+            raise AssemblyError(rel, f"{section} must be an object, not {kind_phrase(template[section])}")
     for lid, res in (template.get("Resources") or {}).items():
         if not isinstance(res, dict):
-            raise AssemblyError(rel, f"resource {lid!r} must be an object, not {_kind(res)}")
+            raise AssemblyError(rel, f"resource {lid!r} must be an object, not {kind_phrase(res)}")
         if not isinstance(res.get("Type"), str) or not res["Type"]:
             raise AssemblyError(rel, f"resource {lid!r} has no Type")
         if "Properties" in res and not isinstance(res["Properties"], dict):
-            raise AssemblyError(rel, f"resource {lid!r}: Properties must be an object, not {_kind(res['Properties'])}")
+            raise AssemblyError(
+                rel, f"resource {lid!r}: Properties must be an object, not {kind_phrase(res['Properties'])}"
+            )
     for name, out in (template.get("Outputs") or {}).items():
         if not isinstance(out, dict) or "Value" not in out:
             raise AssemblyError(rel, f"output {name!r} must be an object with a Value")
@@ -378,11 +381,11 @@ def check_template(template: Any, rel: str) -> dict[str, Any]:
 
 def _check_asset_manifest(doc: Any, rel: str, base: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
-        raise AssemblyError(rel, f"an asset manifest must be a JSON object, not {_kind(doc)}")
+        raise AssemblyError(rel, f"an asset manifest must be a JSON object, not {kind_phrase(doc)}")
     for section in ("files", "dockerImages"):
         entries = doc.get(section, {})
         if not isinstance(entries, dict):
-            raise AssemblyError(rel, f"{section} must be an object, not {_kind(entries)}")
+            raise AssemblyError(rel, f"{section} must be an object, not {kind_phrase(entries)}")
         for asset_id, asset in entries.items():
             if not isinstance(asset, dict) or not isinstance(asset.get("source"), dict):
                 raise AssemblyError(rel, f"{section}[{asset_id!r}] has no source object")
@@ -402,14 +405,14 @@ def _metadata_entries(artifact: dict[str, Any], files: dict[str, bytes], base: s
     meta: dict[str, Any] = {}
     inline = artifact.get("metadata", {})
     if not isinstance(inline, dict):
-        raise AssemblyError(where, f"metadata must be an object, not {_kind(inline)}")
+        raise AssemblyError(where, f"metadata must be an object, not {kind_phrase(inline)}")
     meta.update(inline)
     extra = artifact.get("additionalMetadataFile")
     if extra is not None:
         rel = _join(base, extra, where, "additionalMetadataFile")
         doc = _json(files, rel, where)
         if not isinstance(doc, dict):
-            raise AssemblyError(rel, f"a metadata file must be a JSON object, not {_kind(doc)}")
+            raise AssemblyError(rel, f"a metadata file must be a JSON object, not {kind_phrase(doc)}")
         meta.update(doc)
     return meta
 
@@ -434,10 +437,10 @@ def _read_manifest(
     seen.add(rel)
     manifest = _json(files, rel, "the assembly root" if not base else "a cdk:cloud-assembly artifact")
     if not isinstance(manifest, dict):
-        raise AssemblyError(rel, f"a manifest must be a JSON object, not {_kind(manifest)}")
+        raise AssemblyError(rel, f"a manifest must be a JSON object, not {kind_phrase(manifest)}")
     version = manifest.get("version")
     if version is not None and not isinstance(version, str):
-        raise AssemblyError(rel, f"version must be a string, not {_kind(version)}")
+        raise AssemblyError(rel, f"version must be a string, not {kind_phrase(version)}")
     missing = manifest.get("missing")
     if missing:
         keys = [m.get("key") for m in missing if isinstance(m, dict)] if isinstance(missing, list) else []
@@ -446,10 +449,10 @@ def _read_manifest(
         )
     artifacts = manifest.get("artifacts", {})
     if not isinstance(artifacts, dict):
-        raise AssemblyError(rel, f"artifacts must be an object, not {_kind(artifacts)}")
+        raise AssemblyError(rel, f"artifacts must be an object, not {kind_phrase(artifacts)}")
     for aid, art in artifacts.items():
         if not isinstance(art, dict):
-            raise AssemblyError(rel, f"artifact {aid!r} must be an object, not {_kind(art)}")
+            raise AssemblyError(rel, f"artifact {aid!r} must be an object, not {kind_phrase(art)}")
         if not isinstance(art.get("type"), str):
             raise AssemblyError(rel, f"artifact {aid!r} has no type")
         props = art.get("properties", {})

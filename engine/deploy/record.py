@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.deploy.assembly import json_depth
+from engine.deploy.assembly import kind_phrase as _kind
 from engine.schema import SUPPORTED_VERSION
 
 MAX_RECORD_DEPTH = 200  # far below Python's recursion limit, far above any real record
@@ -47,20 +48,6 @@ class RepairedRecord:
     @property
     def newer_than_supported(self) -> bool:
         return isinstance(self.version, int) and not isinstance(self.version, bool) and self.version > SUPPORTED_VERSION
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
 
 
 def _names(ids: list[str], limit: int) -> str:
