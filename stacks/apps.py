@@ -9,3 +9,4 @@ class StacksConfig(AppConfig):
 
     def ready(self) -> None:
         from stacks import checks  # noqa: F401  (registers the system checks)
+        from stacks import deploycli  # noqa: F401  (registers the deploy spec's assembly loader)

@@ -260,8 +260,6 @@ class Rollback:
             raise OperationRefused("rollback needs the stack's region")
         journal = read_journal(ctx, ctx.region)
         segments = list((journal or {}).get("segments") or [])
-        if not segments:
-            raise OperationRefused(f"{ctx.stack} ({ctx.region}) has no rollback journal: nothing to roll back")
         try:
             etag = ctx.bucket.get(ctx.layout.state_key(ctx.stack, ctx.region)).etag
         except NotFound:
@@ -278,7 +276,9 @@ class Rollback:
             region=ctx.region,
             etag=etag,
             summary=f"roll back {ctx.stack} ({ctx.region}): {len(segments)} journal segment(s), "
-            f"{len(changes)} operation(s)",
+            f"{len(changes)} operation(s)"
+            if segments
+            else f"{ctx.stack} ({ctx.region}) has no rollback journal: nothing to roll back",
             changes=changes,
             data={"account": str(ctx.params.get("account") or ""), "segments": len(segments)},
         )
@@ -288,7 +288,9 @@ class Rollback:
         report = result.report.as_dict()
         status = "succeeded" if result.exit_code == 0 else "partial"
         summary = (
-            f"rollback {result.result}: {result.segments_replayed} segment(s) replayed"
+            "nothing to roll back"
+            if result.result == "nothing"
+            else f"rollback {result.result}: {result.segments_replayed} segment(s) replayed"
             + ("; state.json deleted" if result.state_deleted else "")
         )
         return Outcome(
