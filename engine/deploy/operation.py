@@ -17,6 +17,7 @@ No Django here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -96,8 +97,6 @@ class Deploy:
         exports_key = ctx.layout.exports_index_key(ctx.region)
 
         def exports() -> Any:
-            import json
-
             try:
                 return json.loads(ctx.bucket.get(exports_key).body)
             except (NotFound, ValueError):
@@ -165,7 +164,8 @@ class Deploy:
                 "noRollback": bool(p.get("no_rollback")),
                 "concurrency": int(p.get("concurrency") or DEFAULT_CONCURRENCY),
                 "fileAssets": file_assets,
-                "template": template,
+                # a string: a jsonb column reorders keys, and the template's order is the plan's order
+                "template": json.dumps(template, ensure_ascii=False),
                 "constructPaths": artifact.construct_paths,
             },
         )
@@ -205,9 +205,10 @@ class Deploy:
         ctx.progress = progress
         progress(0, len(items))
         try:
+            template = d["template"]
             result = deployer.deploy(
                 ctx,
-                d["template"],
+                json.loads(template) if isinstance(template, str) else template,
                 account=d["account"],
                 parameters=dict(ctx.params.get("parameters") or {}),
                 concurrency=int(d.get("concurrency") or DEFAULT_CONCURRENCY),
