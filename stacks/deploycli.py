@@ -14,8 +14,8 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from engine.deploy.assembly import Assembly, open_assembly
-from engine.deploy.operation import register_assembly_loader
 from engine.deploy.intrinsics import ParameterError, parse_overrides
+from engine.deploy.operation import register_assembly_loader
 from engine.deploy.render import exit_code, render_json, render_text, walk
 from engine.errors import EngineError
 from stacks.deployplan import plan_assembly
@@ -160,8 +160,10 @@ def run_deploy(command: Any, o: dict[str, Any]) -> None:
     if o["json"]:
         command.emit(body)
     elif op.status in ("succeeded", "partial"):
-        command.stdout.write(f"{'Done' if op.status == 'succeeded' else 'Partly done'} (operation #{op.pk}): "
-                             f"{op.result.get('summary', '')}")
+        command.stdout.write(
+            f"{'Done' if op.status == 'succeeded' else 'Partly done'} (operation #{op.pk}): "
+            f"{op.result.get('summary', '')}"
+        )
     if op.status == "succeeded":
         return
     if op.status == "partial":

@@ -24,7 +24,7 @@ from typing import Any
 from engine.deploy.assembly import Assembly, open_assembly
 from engine.deploy.plan import StateLocation, compute_plan, plan_stack_artifact
 from engine.deploy.rollback import finish_rollback, read_journal
-from engine.deploy.run import DEFAULT_CONCURRENCY, PLAN_CHANGED, STATEFUL_CONSENT, DeployFailed, Deployer
+from engine.deploy.run import DEFAULT_CONCURRENCY, PLAN_CHANGED, STATEFUL_CONSENT, Deployer, DeployFailed
 from engine.errors import NotFound
 from engine.operations import Context, OperationRefused, Outcome, Plan, register
 from engine.schema import parse_state
@@ -111,7 +111,9 @@ class Deploy:
             assembly_digest=assembly.digest,
             exports=exports,
             parameters=parameters,
-            location=StateLocation(bucket=ctx.bucket.name, prefix=ctx.layout.prefix, key=key, etag=etag, version_id=version_id),
+            location=StateLocation(
+                bucket=ctx.bucket.name, prefix=ctx.layout.prefix, key=key, etag=etag, version_id=version_id
+            ),
         )
         consent = bool(p.get("stateful_consent"))
         blocking = [b for b in full.blocking if not (consent and b.endswith(STATEFUL_CONSENT))]
@@ -181,7 +183,11 @@ class Deploy:
 
             assembly = load_assembly(ctx.params)
             published = publish_file_assets(
-                Clients(ctx.bucket.session), assembly, assembly.stack(ctx.stack), account=d["account"], region=ctx.region
+                Clients(ctx.bucket.session),
+                assembly,
+                assembly.stack(ctx.stack),
+                account=d["account"],
+                region=ctx.region,
             )
             ctx.log("info", f"file assets: {sum(1 for p in published if p.status == 'uploaded')} uploaded")
         items: dict[str, dict[str, Any]] = {

@@ -4,20 +4,43 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('stacks', '0012_deploy_plans'),
+        ("stacks", "0012_deploy_plans"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='approvalpolicy',
-            name='kind',
-            field=models.CharField(choices=[('force-unlock', 'Force-unlock'), ('orphan', 'Orphan record'), ('orphan-resources', 'Orphan resources'), ('restore', 'Restore version'), ('destroy', 'Destroy'), ('scrub', 'Scrub secrets'), ('deploy', 'Deploy'), ('rollback', 'Roll back')], max_length=32),
+            model_name="approvalpolicy",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("force-unlock", "Force-unlock"),
+                    ("orphan", "Orphan record"),
+                    ("orphan-resources", "Orphan resources"),
+                    ("restore", "Restore version"),
+                    ("destroy", "Destroy"),
+                    ("scrub", "Scrub secrets"),
+                    ("deploy", "Deploy"),
+                    ("rollback", "Roll back"),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.AlterField(
-            model_name='operation',
-            name='kind',
-            field=models.CharField(choices=[('force-unlock', 'Force-unlock'), ('orphan', 'Orphan record'), ('orphan-resources', 'Orphan resources'), ('restore', 'Restore version'), ('destroy', 'Destroy'), ('scrub', 'Scrub secrets'), ('deploy', 'Deploy'), ('rollback', 'Roll back')], max_length=32),
+            model_name="operation",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("force-unlock", "Force-unlock"),
+                    ("orphan", "Orphan record"),
+                    ("orphan-resources", "Orphan resources"),
+                    ("restore", "Restore version"),
+                    ("destroy", "Destroy"),
+                    ("scrub", "Scrub secrets"),
+                    ("deploy", "Deploy"),
+                    ("rollback", "Roll back"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

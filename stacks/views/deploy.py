@@ -35,8 +35,8 @@ from engine.masking import MASK
 from engine.operations import OperationRefused
 from engine.secrets import secret_name
 from stacks import deployplan, operations
-from stacks.audit import client_ip
 from stacks.access import get_account_or_404, get_stack_or_404, has_role, role_on
+from stacks.audit import client_ip
 from stacks.models import Account, Assembly, DeployPlan, Role, Stack
 from stacks.secretmask import flagged_paths
 from stacks.views.common import AuthedRequest, actor
@@ -284,7 +284,13 @@ def deploy_plan_request(request: AuthedRequest, plan_id: int) -> HttpResponse:
         params["reason"] = form.cleaned_data["reason"].strip()
     try:
         op = operations.request_operation(
-            request.user, plan.account, "deploy", plan.stack_name, plan.region, params, client_address=client_ip(request)
+            request.user,
+            plan.account,
+            "deploy",
+            plan.stack_name,
+            plan.region,
+            params,
+            client_address=client_ip(request),
         )
     except PermissionDenied as exc:
         return _refuse(request, str(exc) or "Not allowed.", 403)

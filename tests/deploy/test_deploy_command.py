@@ -107,7 +107,16 @@ def test_a_failed_deploy_with_no_rollback_exits_1_and_rollback_finishes_the_jour
     ssm = world.account_session(A1).client("ssm", region_name=REGION, endpoint_url=world.moto.url)
     ssm.put_parameter(Name="/GoldenCdkStack-Param165332EC", Value="someone else's", Type="String")
     code, out, message = run(
-        "deploy", "GoldenCdkStack", "--account", A1, "--app", APP, "--no-rollback", "--concurrency", "1", "--yes",
+        "deploy",
+        "GoldenCdkStack",
+        "--account",
+        A1,
+        "--app",
+        APP,
+        "--no-rollback",
+        "--concurrency",
+        "1",
+        "--yes",
         "--json",
     )
     assert code == 1, message

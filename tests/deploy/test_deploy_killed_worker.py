@@ -15,7 +15,6 @@ from django.db import connection
 from rq import SimpleWorker
 
 from cdkd_site.queues import get_queue
-
 from stacks.models import Account, ApprovalPolicy, OperationStatus
 from stacks.operations import request_operation
 from tests.deploy.zips import GOLDEN
