@@ -178,7 +178,14 @@ def _load() -> None:
     """Import the modules that register specs (kept lazy so importing this is cheap)."""
     import importlib
 
-    for module in ("engine.forceunlock", "engine.orphan", "engine.restore", "engine.destroy", "engine.scrub"):
+    for module in (
+        "engine.forceunlock",
+        "engine.orphan",
+        "engine.restore",
+        "engine.destroy",
+        "engine.scrub",
+        "engine.deploy.operation",
+    ):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

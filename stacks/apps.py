@@ -8,4 +8,7 @@ class StacksConfig(AppConfig):
     verbose_name = "cdkd state"
 
     def ready(self) -> None:
-        from stacks import checks  # noqa: F401  (registers the system checks)
+        from stacks import (
+            checks,  # noqa: F401  (registers the system checks)
+            deploycli,  # noqa: F401  (registers the deploy spec's assembly loader)
+        )

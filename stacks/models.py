@@ -554,6 +554,8 @@ class OperationKind(models.TextChoices):
     RESTORE = "restore", "Restore version"
     DESTROY = "destroy", "Destroy"
     SCRUB = "scrub", "Scrub secrets"
+    DEPLOY = "deploy", "Deploy"
+    ROLLBACK = "rollback", "Roll back"
 
 
 class OperationStatus(models.TextChoices):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from stacks import views
-from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, stack_plan_new
+from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, deploy_plan_request, stack_plan_new
 from stacks.views.detail import stack_reveal
 from stacks.views.exports_page import account_exports, all_exports
 from stacks.views.people import account_member_reveal
@@ -75,4 +75,5 @@ urlpatterns = [
     path("accounts/<str:account_id>/plan/", account_plan_new, name="account_plan_new"),
     path("plans/<int:plan_id>/", deploy_plan, name="deploy_plan"),
     path("plans/<int:plan_id>/json/", deploy_plan_json, name="deploy_plan_json"),
+    path("plans/<int:plan_id>/deploy/", deploy_plan_request, name="deploy_plan_request"),
 ]

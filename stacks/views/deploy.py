@@ -16,22 +16,27 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import filesizeformat
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from engine.deploy.assembly import Assembly as AssemblyFiles
 from engine.deploy.assembly import AssemblyError
 from engine.deploy.intrinsics import ParameterError, parse_overrides
 from engine.deploy.plan import StackPlan
 from engine.deploy.render import walk
+from engine.deploy.run import STATEFUL_CONSENT
 from engine.errors import EngineError
 from engine.masking import MASK
+from engine.operations import OperationRefused
 from engine.secrets import secret_name
-from stacks import deployplan
+from stacks import deployplan, operations
 from stacks.access import get_account_or_404, get_stack_or_404, has_role, role_on
+from stacks.audit import client_ip
 from stacks.models import Account, Assembly, DeployPlan, Role, Stack
 from stacks.secretmask import flagged_paths
 from stacks.views.common import AuthedRequest, actor
@@ -245,7 +250,56 @@ def deploy_plan(request: AuthedRequest, plan_id: int) -> HttpResponse:
         "can_plan": has_role(request.user, plan.account, Role.OPERATOR),
         "blocking": list(dict.fromkeys(r for n in nodes for r in n.blocking)),
     }
+    # only a stateful replacement (which an explicit consent lifts) may stand between it and a request
+    context["can_request"] = context["can_plan"] and all(b.endswith(STATEFUL_CONSENT) for b in context["blocking"])
+    context["needs_consent"] = any(b.endswith(STATEFUL_CONSENT) for b in context["blocking"])
     return render(request, "stacks/plan.html", context)
+
+
+class DeployRequestForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=1000, widget=forms.Textarea(attrs={"rows": 2}))
+    stateful_consent = forms.BooleanField(
+        required=False, label="I accept that the stateful replacements delete the old resources and their data"
+    )
+
+
+@require_POST
+def deploy_plan_request(request: AuthedRequest, plan_id: int) -> HttpResponse:
+    """Request the deploy of this plan: an Operation of kind `deploy` whose approval binds to
+    the plan's digest, the assembly digest and the record's ETag (engine.deploy.operation)."""
+    plan = _load_plan(request, plan_id)
+    form = DeployRequestForm(request.POST)
+    if not form.is_valid():
+        return _refuse(request, " ".join(e for errors in form.errors.values() for e in errors), 400)
+    params = {
+        "account": plan.account.account_id,
+        "assembly_digest": plan.assembly.digest,
+        "parameters": plan.parameters or {},
+        "deploy_plan": plan.pk,
+        "deploy_plan_digest": plan.digest,
+        "deploy_plan_etag": plan.state_etag,
+        "stateful_consent": form.cleaned_data["stateful_consent"],
+    }
+    if form.cleaned_data["reason"].strip():
+        params["reason"] = form.cleaned_data["reason"].strip()
+    try:
+        op = operations.request_operation(
+            request.user,
+            plan.account,
+            "deploy",
+            plan.stack_name,
+            plan.region,
+            params,
+            client_address=client_ip(request),
+        )
+    except PermissionDenied as exc:
+        return _refuse(request, str(exc) or "Not allowed.", 403)
+    except OperationRefused as exc:
+        return _refuse(request, f"The deploy cannot be requested: {exc}", 409)
+    except EngineError as exc:
+        return _refuse(request, f"S3 could not be read: {exc}", 502)
+    messages.success(request, f"Requested operation #{op.pk}: deploy of {op.stack_name}.")
+    return redirect("operation", op_id=op.pk)
 
 
 @require_GET

@@ -125,6 +125,7 @@ RULES: dict[str, Rule] = {
     "account_plan_new": Rule(lambda w: {"account_id": A}, get=OPERATOR_PAGE, post=on_a(404, 403, 400, 400, 400)),
     "deploy_plan": Rule(lambda w: {"plan_id": w.values["plan"].pk}, get=READ_A),
     "deploy_plan_json": Rule(lambda w: {"plan_id": w.values["plan"].pk}, get=READ_A),
+    "deploy_plan_request": Rule(lambda w: {"plan_id": w.values["plan"].pk}, post=on_a(404, 403, 302, 302, 302)),
     "stack_resource": Rule(lambda w: {**stack_kwargs(w), "logical_id": "Queue"}, get=READ_A),
     "operation_new": Rule(
         lambda w: {**stack_kwargs(w), "kind": "orphan"}, get=OPERATOR_PAGE, post=on_a(404, 403, 302, 302, 302)

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
 from engine.errors import EngineError
-from stacks.deploycli import add_diff_parser, run_diff
+from stacks.deploycli import add_deploy_parsers, add_diff_parser, run_deploy, run_diff, run_rollback
 from stacks.models import Account, Stack
 from stacks.records import read_record, record_versions
 
@@ -164,6 +164,7 @@ class Command(BaseCommand):
         rotate.add_argument("--json", action="store_true")
 
         add_diff_parser(sub)
+        add_deploy_parsers(sub)
 
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
@@ -642,6 +643,12 @@ class Command(BaseCommand):
 
     def do_diff(self, o: dict) -> None:
         run_diff(self, o)
+
+    def do_deploy(self, o: dict) -> None:
+        run_deploy(self, o)
+
+    def do_rollback(self, o: dict) -> None:
+        run_rollback(self, o)
 
     # --- worker --------------------------------------------------------------------------
 
