@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("stacks", "0012_deploy_plans"),
+        ("stacks", "0013_operation_reason"),
     ]
 
     operations = [
