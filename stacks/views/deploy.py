@@ -280,8 +280,6 @@ def deploy_plan_request(request: AuthedRequest, plan_id: int) -> HttpResponse:
         "deploy_plan_etag": plan.state_etag,
         "stateful_consent": form.cleaned_data["stateful_consent"],
     }
-    if form.cleaned_data["reason"].strip():
-        params["reason"] = form.cleaned_data["reason"].strip()
     try:
         op = operations.request_operation(
             request.user,
@@ -291,6 +289,7 @@ def deploy_plan_request(request: AuthedRequest, plan_id: int) -> HttpResponse:
             plan.region,
             params,
             client_address=client_ip(request),
+            reason=form.cleaned_data["reason"],  # shown to approvers and kept in the audit, as for every kind
         )
     except PermissionDenied as exc:
         return _refuse(request, str(exc) or "Not allowed.", 403)

@@ -60,7 +60,7 @@ def test_it_uploads_plans_requests_approves_and_watches_a_deploy(browser, page, 
     page.click("#request-deploy")
     page.wait_for_selector("#operation-status:text('Awaiting approval')")
     op = Operation.objects.get()
-    assert op.kind == "deploy" and op.params["reason"] == "first deploy"
+    assert op.kind == "deploy" and op.reason == "first deploy"
 
     other = browser.new_context(viewport={"width": 1400, "height": 900})
     try:

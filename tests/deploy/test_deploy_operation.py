@@ -90,7 +90,7 @@ def test_it_deploys_a_requested_and_approved_plan_through_a_worker(world, queue)
     assert response.status_code == 302 and response["Location"] == reverse("operation", args=[op.pk])
     assert op.kind == "deploy" and op.status == OperationStatus.AWAITING_APPROVAL
     assert op.params["deploy_plan_digest"] == plan.digest and op.params["assembly_digest"] == plan.assembly.digest
-    assert op.params["reason"] == "first deploy of the golden stack"
+    assert op.reason == "first deploy of the golden stack"
     assert op.plan_etag == "" and op.plan["data"]["assemblyDigest"] == plan.assembly.digest
     # the approver sees the plan: every resource's action
     shown = world["arthur"].get(reverse("operation", args=[op.pk])).content.decode()
