@@ -40,7 +40,9 @@ _BY_TYPE: dict[str, Callable[[str, str], str]] = {
     "AWS::EC2::Instance": lambda pid, r: _home("ec2", r, f"InstanceDetails:instanceId={_q(pid)}"),
     "AWS::StepFunctions::StateMachine": lambda pid, r: _home("states", r, f"/statemachines/view/{_q(pid)}"),
     "AWS::Events::Rule": lambda pid, r: _home("events", r, f"/eventbus/default/rules/{_q(pid)}"),
-    "AWS::SSM::Parameter": lambda pid, r: f"https://{r}.console.aws.amazon.com/systems-manager/parameters/{_q(pid.lstrip('/'))}/description?region={r}",
+    "AWS::SSM::Parameter": lambda pid, r: (
+        f"https://{r}.console.aws.amazon.com/systems-manager/parameters/{_q(pid.lstrip('/'))}/description?region={r}"
+    ),
 }
 
 # ARN service -> (arn, resource part, region) -> URL

@@ -117,7 +117,9 @@ def judge(e: Evidence) -> Verdict:
         verdict = ABANDONED
     elif taken is not None and e.now_ms - taken > QUIET_MS and e.readable:
         verdict = ABANDONED
-        reasons.append(f"Nothing was heard from the holder in the {humanize_ms(e.now_ms - taken)} since it took the lock.")
+        reasons.append(
+            f"Nothing was heard from the holder in the {humanize_ms(e.now_ms - taken)} since it took the lock."
+        )
     elif e.readable and taken is not None:
         verdict = ALIVE
         reasons.append(f"The lock was taken only {humanize_ms(e.now_ms - taken)} ago.")

@@ -91,7 +91,9 @@ def test_it_walks_the_tabs_reads_the_lock_card_and_copies(page, server):
     assert page.url == base + "resources/"
     assert page.locator("#lock-verdict").count() == 0  # swapped out with the Overview tab
     bucket_link = page.locator("#res-Assets a.physical")
-    assert bucket_link.get_attribute("href") == f"https://s3.console.aws.amazon.com/s3/buckets/{BUCKET}?region=us-east-1"
+    assert (
+        bucket_link.get_attribute("href") == f"https://s3.console.aws.amazon.com/s3/buckets/{BUCKET}?region=us-east-1"
+    )
     assert page.locator("#res-Table a.physical").count() == 0  # a composite id has no one console page
     # The id reads on one line (it wrapped every 14 characters with word-break: break-all).
     box = bucket_link.bounding_box()

@@ -234,7 +234,9 @@ def test_it_paginates_a_2000_resource_stack_and_lazy_loads_details(alice_client,
 
 def test_it_filters_resources_and_answers_htmx_with_the_resources_partial(alice_client, prod):
     stack = big_stack(prod, 300)
-    response = alice_client.get(url(stack, "stack_resources"), {"q": "topic:29"}, headers={"HX-Request": "true", "HX-Target": "resources"})
+    response = alice_client.get(
+        url(stack, "stack_resources"), {"q": "topic:29"}, headers={"HX-Request": "true", "HX-Target": "resources"}
+    )
     assert b"<html" not in response.content
     content = response.content.decode()
     assert content.count('<tr id="res-') == 11

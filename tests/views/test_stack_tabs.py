@@ -126,7 +126,7 @@ def test_physical_ids_link_to_the_console_and_have_copy_buttons(alice_client, pr
     for value in [bucket, "arn:aws:sns:us-east-1:111111111111:alerts", "analytics|events|v2", "thing-1"]:
         assert f'data-copy value="{value}"' in content, value
     overview = alice_client.get(url(stack)).content.decode()
-    for value in ['&quot;etag-web&quot;', "cdkd/web/us-east-1/state.json", "111111111111"]:
+    for value in ["&quot;etag-web&quot;", "cdkd/web/us-east-1/state.json", "111111111111", "cdkd-state-111111111111"]:
         assert f'data-copy value="{value}"' in overview, value
     outputs = alice_client.get(url(stack, "stack_outputs")).content.decode()
     assert 'data-copy value="BucketName"' in outputs and f'data-copy value="{bucket}"' in outputs
@@ -190,3 +190,16 @@ def test_the_query_count_of_each_tab_is_flat(alice_client, prod, django_assert_m
         alice_client.get(url(big, name))
     with django_assert_max_num_queries(len(ctx.captured_queries)):
         alice_client.get(url(big, name), headers=HTMX_TAB)
+
+
+def test_the_history_page_is_the_history_tab(alice_client, prod):
+    from unittest import mock
+
+    from stacks import history
+
+    stack = web(prod)
+    with mock.patch.object(history, "list_versions", autospec=True, return_value=[]):
+        content = alice_client.get(url(stack, "stack_history")).content.decode()
+    assert 'id="stack-tabs"' in content
+    assert f'href="{url(stack, "stack_history")}" data-tab="history" aria-current="page"' in content
+    assert f'href="{url(stack, "stack_resources")}" data-tab="resources"' in content
