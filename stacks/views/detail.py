@@ -13,6 +13,7 @@ import json
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import content_disposition_header
@@ -95,9 +96,12 @@ def stack_detail(
     JavaScript) and answers htmx with just the tab (`#stack-tab`) or, for the resource
     filter and pages, just the table (`#resources`). Only the tab's own data is read."""
     stack = _load(request, account_id, region_slug, stack_name)
+    args = [stack.account.account_id, stack.region_slug, stack.stack_name]
+    if tab == "overview" and ("page" in request.GET or "q" in request.GET):
+        # A link from before the tabs (`?page=3#res-X`, `?q=`): the resources are a tab now.
+        return redirect(reverse("stack_resources", args=args) + "?" + request.GET.urlencode())
     parsed = parse_stack(stack)
     lock_row = Lock.objects.filter(stack=stack).first()
-    args = [stack.account.account_id, stack.region_slug, stack.stack_name]
     context = {
         "stack": stack,
         "parsed": parsed,

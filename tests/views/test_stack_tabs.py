@@ -203,3 +203,11 @@ def test_the_history_page_is_the_history_tab(alice_client, prod):
     assert 'id="stack-tabs"' in content
     assert f'href="{url(stack, "stack_history")}" data-tab="history" aria-current="page"' in content
     assert f'href="{url(stack, "stack_resources")}" data-tab="resources"' in content
+
+
+def test_a_resource_link_from_before_the_tabs_lands_on_the_resources_tab(alice_client, prod):
+    stack = web(prod)
+    response = alice_client.get(url(stack), {"page": "2", "q": "sns"})
+    assert response.status_code == 302
+    assert response["Location"] == url(stack, "stack_resources") + "?page=2&q=sns"
+    assert alice_client.get(url(stack)).status_code == 200
