@@ -19,6 +19,10 @@ STACK = "stacks/<str:account_id>/<str:region_slug>/<str:stack_name>/"
 
 stack_patterns = [
     path("", views.stack_detail, name="stack"),
+    # The stack page's tabs (Overview is the page itself; History is the history page).
+    path("resources/", views.stack_detail, {"tab": "resources"}, name="stack_resources"),
+    path("outputs/", views.stack_detail, {"tab": "outputs"}, name="stack_outputs"),
+    path("events/", views.stack_detail, {"tab": "events"}, name="stack_events"),
     path("json/", views.stack_json, name="stack_json"),
     path("download/", views.stack_download, name="stack_download"),
     # POST only: the verbatim bytes (current, or `version_id`), audited; needs the reveal right.

@@ -13,13 +13,15 @@ import json
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
 from engine.errors import EngineError
 from engine.schema import ParsedRecord, parse_state
-from stacks import audit, history
+from stacks import audit, console, history, lockcard
 from stacks.access import get_stack_or_404, has_role
 from stacks.columns import utf8_safe
 from stacks.forms import ResourceFilterForm
@@ -75,50 +77,117 @@ def _load(request: AuthedRequest, account_id: str, region_slug: str, stack_name:
     return stack
 
 
+TABS = [
+    ("overview", "Overview", "stack"),
+    ("resources", "Resources", "stack_resources"),
+    ("outputs", "Outputs", "stack_outputs"),
+    ("events", "Events", "stack_events"),
+    ("history", "History", "stack_history"),
+]
+# The Events tab lists this many of the stack's newest runs (the timeline has them all).
+RUNS_SHOWN = 20
+
+
 @require_GET
-def stack_detail(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
+def stack_detail(
+    request: AuthedRequest, account_id: str, region_slug: str, stack_name: str, tab: str = "overview"
+) -> HttpResponse:
+    """The stack page, one tab at a time: each tab has its own URL (a full page without
+    JavaScript) and answers htmx with just the tab (`#stack-tab`) or, for the resource
+    filter and pages, just the table (`#resources`). Only the tab's own data is read."""
     stack = _load(request, account_id, region_slug, stack_name)
+    args = [stack.account.account_id, stack.region_slug, stack.stack_name]
+    if tab == "overview" and ("page" in request.GET or "q" in request.GET):
+        # A link from before the tabs (`?page=3#res-X`, `?q=`): the resources are a tab now.
+        return redirect(reverse("stack_resources", args=args) + "?" + request.GET.urlencode())
     parsed = parse_stack(stack)
-    form = ResourceFilterForm(request.GET)
-    query = form.cleaned_data.get("q", "") if form.is_valid() else ""
-    rows, page_of = present.resource_rows(parsed, query)
-    page = Paginator(rows, present.RESOURCES_PER_PAGE).get_page(request.GET.get("page"))
-    raw = present.raw_resources(parsed)
-    page_rows = [present.resource_row(lid, row, raw.get(lid), page_of) for lid, row in page.object_list]
-    for row in page_rows:
-        # A URL holds UTF-8 only: a lone surrogate in a logical id is linked as U+FFFD.
-        row.url_id = utf8_safe(row.logical_id)
+    lock_row = Lock.objects.filter(stack=stack).first()
     context = {
         "stack": stack,
         "parsed": parsed,
-        "form": form,
-        "page": page,
-        "rows": page_rows,
-        "total_rows": len(page_of),
-        "inline_details": len(page_of) <= present.INLINE_DETAILS_UP_TO,
+        "tab": tab,
+        "tabs": [{"key": k, "label": label, "url": reverse(name, args=args)} for k, label, name in TABS],
+        "tab_url": reverse(dict((k, n) for k, _l, n in TABS)[tab], args=args),
+        "lock": present.lock_view(lock_row, now_ms()),
+        "can_operate": has_role(request.user, stack.account, Role.OPERATOR),
     }
-    if is_partial(request) and request.htmx.target == "resources":
-        return render(request, "stacks/stack.html#resources", context)
-    outputs = present.output_rows(parsed)
-    runs = stack_runs(stack)
-    context.update(
-        warnings=stack_warnings(stack, parsed),
-        lock=present.lock_view(Lock.objects.filter(stack=stack).first(), now_ms()),
-        outputs=outputs[:OUTPUTS_SHOWN],
-        output_total=len(outputs),
-        export_names=parsed.export_names(),
-        imports=[entry.model_dump() for entry in parsed.imports()],
-        output_reads=[entry.model_dump() for entry in parsed.output_reads()],
-        orphans=[entry.model_dump() for entry in parsed.orphans()],
-        skipped_outputs=parsed.skipped_outputs(),
-        parent=stack.parent,
-        children=stack.children.select_related("account").order_by("stack_name", "region"),
-        can_operate=has_role(request.user, stack.account, Role.OPERATOR),
-        runs=runs,
-        index_error=_event_index_error(stack, runs),
-        secrets=secret_counts(stack),
-    )
+    if tab == "resources":
+        form = ResourceFilterForm(request.GET)
+        query = form.cleaned_data.get("q", "") if form.is_valid() else ""
+        rows, page_of = present.resource_rows(parsed, query)
+        page = Paginator(rows, present.RESOURCES_PER_PAGE).get_page(request.GET.get("page"))
+        raw = present.raw_resources(parsed)
+        page_rows = [present.resource_row(lid, row, raw.get(lid), page_of) for lid, row in page.object_list]
+        for row in page_rows:
+            # A URL holds UTF-8 only: a lone surrogate in a logical id is linked as U+FFFD.
+            row.url_id = utf8_safe(row.logical_id)
+            row.console_url = console.console_url(row.resource_type, row.physical_id, stack.region)
+        context.update(
+            form=form,
+            page=page,
+            rows=page_rows,
+            total_rows=len(page_of),
+            inline_details=len(page_of) <= present.INLINE_DETAILS_UP_TO,
+            orphans=[entry.model_dump() for entry in parsed.orphans()],
+        )
+        if is_partial(request) and request.htmx.target == "resources":
+            return render(request, "stacks/stack.html#resources", context)
+    elif tab == "outputs":
+        outputs = present.output_rows(parsed)
+        context.update(
+            outputs=outputs[:OUTPUTS_SHOWN],
+            output_total=len(outputs),
+            export_names=parsed.export_names(),
+            imports=[entry.model_dump() for entry in parsed.imports()],
+            output_reads=[entry.model_dump() for entry in parsed.output_reads()],
+            skipped_outputs=parsed.skipped_outputs(),
+        )
+    elif tab == "events":
+        runs = stack_runs(stack, RUNS_SHOWN)
+        context.update(runs=runs, index_error=_event_index_error(stack, runs))
+    else:
+        runs = stack_runs(stack, 1)
+        context.update(
+            parent=stack.parent,
+            children=stack.children.select_related("account").order_by("stack_name", "region"),
+            last_run=runs[0] if runs else None,
+            lock_card=_lock_card(stack, lock_row, runs[0] if runs else None),
+        )
+    if is_partial(request) and request.htmx.target == "stack-tab":
+        return render(request, "stacks/stack.html#tab", context)
+    context.update(warnings=stack_warnings(stack, parsed), secrets=secret_counts(stack))
     return render(request, "stacks/stack.html", context)
+
+
+def _ms(value) -> int | None:
+    return int(value.timestamp() * 1000) if value is not None else None
+
+
+def _lock_card(stack: Stack, lock: Lock | None, run) -> lockcard.Verdict | None:
+    """The evidence before a force-unlock, from the mirror only (one query, for the run's
+    newest event; no bucket read). The mirror does not sync rollback journals: unknown."""
+    if lock is None:
+        return None
+    event = run.events.order_by("-seq").only("seq", "timestamp", "event_type").first() if run else None
+    written = [t for t in (stack.record_last_modified, _ms(stack.s3_last_modified)) if isinstance(t, int)]
+    evidence = lockcard.Evidence(
+        now_ms=now_ms(),
+        readable=lock.readable,
+        timestamp_ms=lock.timestamp_ms,
+        expires_at_ms=lock.expires_at_ms,
+        run_id=run.run_id if run else "",
+        run_started_ms=_ms(run.run_at) if run else None,
+        run_finished=bool(run and (run.finished_at_raw or run.result in ("SUCCEEDED", "FAILED"))),
+        run_result=run.result if run else "",
+        last_event_ms=_ms(event.timestamp) if event else None,
+        last_event_type=event.event_type if event else "",
+        record_written_ms=max(written) if written else None,
+        journal=None,
+    )
+    card = lockcard.judge(evidence)
+    card.event = event
+    card.run = run
+    return card
 
 
 def _event_index_error(stack: Stack, runs: list) -> str:

@@ -79,6 +79,8 @@ def test_it_browses_searches_and_diffs(page, live_server, artifacts):
 
     page.click("#stack-table tbody tr a")
     page.wait_for_selector("h1:text('orders')")
+    page.click("#stack-tabs a[data-tab=resources]")  # the resources are a tab of their own
+    page.wait_for_selector("#resources")
     assert page.locator(".seg").count() == 2
     page.locator("#res-Queue + tr details summary").click()
     page.wait_for_selector("#res-Queue + tr .detail-body h3")
@@ -88,7 +90,7 @@ def test_it_browses_searches_and_diffs(page, live_server, artifacts):
         mock.patch.object(history, "list_versions", autospec=True, side_effect=versions),
         mock.patch.object(history, "get_version", autospec=True, side_effect=get_version),
     ):
-        page.click("text=History")
+        page.click("#stack-tabs a[data-tab=history]")
         page.wait_for_selector("text=Pick two to compare")
         page.check("input[name=a][value=v1]")
         page.check("input[name=b][value=v2]")

@@ -241,7 +241,8 @@ def writes(counts: Counter[str]) -> int:
 
 def pages(account: Account, stack: Stack) -> list[str]:
     base = f"/stacks/{A1}/{quote(stack.region_slug, safe='')}/{quote(stack.stack_name, safe='')}/"
-    urls = [base, base + "?page=2", base + "?q=Q", base + "json/", base + "download/", base + "history/"]
+    urls = [base, base + "resources/", base + "resources/?page=2", base + "resources/?q=Q", base + "outputs/"]
+    urls += [base + "events/", base + "json/", base + "download/", base + "history/"]  # the tabs, then the rest
     for logical_id in Resource.objects.filter(stack=stack).values_list("logical_id", flat=True)[:3]:
         urls.append(base + f"resources/{quote(logical_id, safe='')}/")
     urls.append(f"/events/?account={A1}&stack={quote(stack.stack_name)}")

@@ -107,6 +107,9 @@ RULES: dict[str, Rule] = {
     "sync": Rule(post=on_a(404, 302, 302, 302, 302), data=lambda w: {"account": A}),
     "sync_status": Rule(lambda w: {"run_id": w.values["sync_run"].pk}, get=READ_A),
     "stack": Rule(stack_kwargs, get=READ_A),
+    "stack_resources": Rule(stack_kwargs, get=READ_A),
+    "stack_outputs": Rule(stack_kwargs, get=READ_A),
+    "stack_events": Rule(stack_kwargs, get=READ_A),
     "stack_json": Rule(stack_kwargs, get=READ_A),
     "stack_download": Rule(stack_kwargs, get=READ_A),
     # The verbatim bytes: the reveal right (admins by role; a viewer only when granted).

@@ -279,7 +279,7 @@ def test_it_exports_a_runs_events_as_cdkd_prints_them(alice_client, world):
 
 
 def test_it_lists_runs_on_the_stack_page(alice_client, world):
-    response = alice_client.get(reverse("stack", args=["111111111111", "us-east-1", "web"]))
+    response = alice_client.get(reverse("stack_events", args=["111111111111", "us-east-1", "web"]))
 
     assert response.status_code == 200
     assert [r.run_id for r in response.context["runs"]] == [RUN_A]

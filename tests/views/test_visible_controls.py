@@ -91,8 +91,9 @@ def test_it_escapes_text_and_titles_but_keeps_form_values() -> None:
 def test_the_list_the_stack_and_its_json_show_escapes(olivia_client, hostile):
     pages = [
         reverse("stacks"),
-        reverse("stack", args=[A, "us-east-1", NAME]),
+        reverse("stack_resources", args=[A, "us-east-1", NAME]),
         reverse("stack_json", args=[A, "us-east-1", NAME]),
+        reverse("stack", args=[A, "us-east-1", NAME]),
     ]
     for url in pages:
         response = olivia_client.get(url)
