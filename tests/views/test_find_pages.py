@@ -218,7 +218,8 @@ def test_it_links_a_nested_childs_name_in_a_run(alice_client, prod):
 def test_it_links_an_import_source_on_the_stack_page(alice_client, prod):
     exporter(prod, "network", {"Shared-VpcId": "v"}, ["Shared-VpcId"])
     importer(prod, "api", [{"sourceStack": "network", "sourceRegion": "us-east-1", "exportName": "Shared-VpcId"}])
-    html = alice_client.get(reverse("stack", args=[prod.account_id, "us-east-1", "api"])).content.decode()
+    # Imports are on the Outputs tab.
+    html = alice_client.get(reverse("stack_outputs", args=[prod.account_id, "us-east-1", "api"])).content.decode()
     assert '<a href="/stacks/111111111111/us-east-1/network/">network</a>' in html
 
 
