@@ -38,6 +38,20 @@ def inline_json(value: Any) -> str:
 
 
 @register.filter
+def masked_json(value: Any) -> str:
+    """`inline_json` of a copy with the record detectors applied (secret-bearing names,
+    credential shapes): operation parameters, for example a deploy's template parameters."""
+    from stacks.secretmask import MASK, mask_document
+
+    try:
+        copy = json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError, RecursionError):
+        return MASK
+    masked, _changed = mask_document(copy)
+    return inline_json(masked)
+
+
+@register.filter
 def is_string(value: Any) -> bool:
     return isinstance(value, str)
 

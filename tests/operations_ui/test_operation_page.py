@@ -184,3 +184,11 @@ def test_it_refuses_get_on_actions(client, arthur, olivia, web):
     login(client, arthur)
     for name in ("operation_decide", "operation_cancel", "operation_retry"):
         assert client.get(url(op, name)).status_code == 405
+
+
+def test_it_masks_secret_looking_parameters(client, vera, olivia, web):
+    params = {"parameters": {"DbPassword": "hunter2-hunter2", "Url": "postgres://app:S3cr3t-pw@db/x", "Env": "prod"}}
+    op = make_operation(web.account, olivia, kind="orphan", params=params)
+    content = login(client, vera).get(url(op)).content.decode().replace("&quot;", '"')
+    assert "hunter2-hunter2" not in content and "S3cr3t-pw" not in content
+    assert '"DbPassword": "***"' in content and '"Env": "prod"' in content
