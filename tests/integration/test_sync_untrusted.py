@@ -140,7 +140,7 @@ def test_it_stores_a_lone_surrogate_logical_id_without_failing(aws, prod):
     [resource] = Resource.objects.filter(stack__stack_name="Bad")
     assert resource.logical_id == "\ufffdx"
     client = viewer(prod)
-    page = client.get(f"/stacks/{A1}/us-east-1/Bad/")
+    page = client.get(f"/stacks/{A1}/us-east-1/Bad/resources/")
     assert page.status_code == 200 and b"\\ud800x" in page.content  # shown as its escape
     one = client.get(f"/stacks/{A1}/us-east-1/Bad/resources/%EF%BF%BDx/")  # the link a long list gives it
     assert one.status_code == 200 and b"AWS::SQS::Queue" in one.content
@@ -225,7 +225,7 @@ def test_it_marks_an_event_index_nested_too_deep(aws, prod):
     sync_ok(prod)
     client = viewer(prod)
 
-    page = client.get(f"/stacks/{A1}/us-east-1/Bad/")
+    page = client.get(f"/stacks/{A1}/us-east-1/Bad/events/")  # the Events tab
 
     assert page.status_code == 200 and b'data-code="event-index-unreadable"' in page.content
 

@@ -73,7 +73,10 @@ def test_no_page_or_download_shows_a_viewer_a_detected_secret_before_any_scan(wo
     assert len(leaks(bytes(stack.body))) == len(DEMO_SECRETS)  # the control: the mirror holds every one
     urls = [
         reverse("stack", args=ARGS),
-        reverse("stack", args=ARGS) + "?q=Fn",
+        reverse("stack_resources", args=ARGS),
+        reverse("stack_resources", args=ARGS) + "?q=Fn",
+        reverse("stack_outputs", args=ARGS),
+        reverse("stack_events", args=ARGS),
         reverse("stack_json", args=ARGS),
         reverse("stack_download", args=ARGS),
         reverse("stack_history", args=ARGS),
