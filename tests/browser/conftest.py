@@ -51,3 +51,23 @@ def page(browser):
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def queue():
+    """The operations queue, emptied before and after the test."""
+    from cdkd_site.queues import get_queue
+
+    queue = get_queue("default")
+    queue.connection.flushdb()
+    yield queue
+    queue.connection.flushdb()
+
+
+def log_in(page, base: str, username: str) -> None:
+    """Log a persona (password `pw`) in through the login form."""
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.click("button[type=submit]")
+    page.wait_for_selector("h1")

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, AuditEvent, Membership, Operation, OperationStatus, Role
 from stacks.sync import sync_account
+from tests.browser.conftest import log_in
 from tests.views.conftest import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -32,22 +32,6 @@ def record(name: str, version: int = 11) -> dict:
         "outputs": {},
         "lastModified": 1_710_835_200_000,
     }
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
-
-def log_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_selector("h1")
 
 
 def test_it_offers_only_what_can_run_and_carries_reason_and_force_to_the_approver(

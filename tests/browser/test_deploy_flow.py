@@ -15,6 +15,7 @@ from django.db import connection
 
 from stacks.models import Account, Membership, Operation, Role
 from stacks.operations import run_operation
+from tests.browser.conftest import log_in
 from tests.deploy.zips import GOLDEN, zip_dir
 from tests.views.conftest import make_user
 
@@ -23,14 +24,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_d
 A = "111111111111"
 BUCKET = f"cdkd-state-{A}"
 KEY = "cdkd/GoldenCdkStack/us-east-1/state.json"
-
-
-def log_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_selector("h1")
 
 
 def test_it_uploads_plans_requests_approves_and_watches_a_deploy(browser, page, live_server, aws, tmp_path, settings):

@@ -16,6 +16,7 @@ from django.db import connection
 from stacks.models import Account, ApprovalPolicy, Membership, Operation, Role
 from stacks.operations import run_operation
 from stacks.sync import sync_account
+from tests.browser.conftest import log_in
 from tests.views.conftest import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -23,14 +24,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_d
 A = "111111111111"
 BUCKET = f"cdkd-state-{A}"
 NAMES = [f"jobs-{i}" for i in range(5)]
-
-
-def log_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_selector("h1")
 
 
 def test_it_requests_approves_watches_a_destroy_and_opens_its_run(browser, page, live_server, aws, artifacts):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, AuditEvent, Membership, Operation, Role, Stack
 from stacks.sync import sync_account
+from tests.browser.conftest import log_in
 from tests.views.conftest import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -28,22 +28,6 @@ RECORD = {
     "outputs": {},
     "lastModified": 1_710_835_200_000,
 }
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
-
-def log_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_selector("h1")
 
 
 def test_it_requests_approves_and_watches_an_orphan_finish(browser, page, live_server, aws, queue, artifacts):

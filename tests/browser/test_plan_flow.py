@@ -13,6 +13,7 @@ import pytest
 
 from stacks.models import Account, DeployPlan, Membership, Role
 from stacks.sync import sync_account
+from tests.browser.conftest import log_in
 from tests.deploy.zips import GOLDEN_CHANGED, SAMPLE, with_stateful_replacement, zip_dir
 from tests.views.conftest import make_user
 
@@ -28,14 +29,6 @@ document.addEventListener('securitypolicyviolation', (e) => {
   console.error('CSP violation: ' + e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline'));
 });
 """
-
-
-def log_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.click("button[type=submit]")
-    page.wait_for_selector("h1")
 
 
 def test_it_uploads_plans_and_reads_a_replacement_and_a_blocking_reason(
