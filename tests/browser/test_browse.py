@@ -77,8 +77,10 @@ def test_it_browses_searches_and_diffs(page, live_server, artifacts):
     assert "q=q-orders" in page.url
     assert page.locator("#stack-table tbody tr a").inner_text() == "orders"
 
-    page.click("#stack-table tbody tr a")
-    page.wait_for_selector("h1:text('orders')")
+    # Wait for the navigation the click starts (a late search swap must not swallow it).
+    with page.expect_navigation(timeout=20_000):
+        page.click("#stack-table tbody tr a")
+    page.wait_for_selector("h1:text('orders')", timeout=20_000)
     page.click("#stack-tabs a[data-tab=resources]")  # the resources are a tab of their own
     page.wait_for_selector("#resources")
     assert page.locator(".seg").count() == 2
