@@ -122,32 +122,39 @@ class CloudControlProvider:
         return outcome
 
     def _wait(self, cc: Any, ref: ResourceRef, event: dict) -> str:
+        event = self._poll(cc, ref, event, "delete", hint="; it may still finish: check it, then run the destroy again")
+        status, token = event.get("OperationStatus"), event.get("RequestToken", "")
+        if status == "SUCCESS":
+            return DELETED
+        if status == "FAILED":
+            code = event.get("ErrorCode")
+            if code == "NotFound":
+                return NOT_FOUND
+            raise ProviderError(
+                f"{describe(ref)}: Cloud Control delete FAILED ({code or 'no error code'}): "
+                f"{bounded(event.get('StatusMessage') or 'no status message')} (request token {token})",
+                aws_code=code,
+            )
+        raise ProviderError(
+            f"{describe(ref)}: Cloud Control delete was cancelled (CANCEL_COMPLETE): "
+            f"{bounded(event.get('StatusMessage') or 'no status message')} (request token {token})",
+            aws_code=event.get("ErrorCode"),
+        )
+
+    def _poll(self, cc: Any, ref: ResourceRef, event: dict, verb: str, *, hint: str = "") -> dict:
+        """Poll the request until it ends (SUCCESS, FAILED or CANCEL_COMPLETE) and return
+        that event; past the timeout, raise naming the request token."""
         token = event.get("RequestToken", "")
         deadline = self.clock() + self.timeout
         interval = self.poll_interval
         while True:
             status = event.get("OperationStatus")
-            if status == "SUCCESS":
-                return DELETED
-            if status == "FAILED":
-                code = event.get("ErrorCode")
-                if code == "NotFound":
-                    return NOT_FOUND
-                raise ProviderError(
-                    f"{describe(ref)}: Cloud Control delete FAILED ({code or 'no error code'}): "
-                    f"{bounded(event.get('StatusMessage') or 'no status message')} (request token {token})",
-                    aws_code=code,
-                )
-            if status == "CANCEL_COMPLETE":
-                raise ProviderError(
-                    f"{describe(ref)}: Cloud Control delete was cancelled (CANCEL_COMPLETE): "
-                    f"{bounded(event.get('StatusMessage') or 'no status message')} (request token {token})",
-                    aws_code=event.get("ErrorCode"),
-                )
+            if status in ("SUCCESS", "FAILED", "CANCEL_COMPLETE"):
+                return event
             if self.clock() >= deadline:
                 raise ProviderError(
-                    f"{describe(ref)}: Cloud Control delete still {status} after {self.timeout:.0f}s "
-                    f"(request token {token}); it may still finish: check it, then run the destroy again"
+                    f"{describe(ref)}: Cloud Control {verb} still {status} after {self.timeout:.0f}s "
+                    f"(request token {token}){hint}"
                 )
             self.sleep(interval)
             interval = min(interval * self.backoff, self.max_interval)
@@ -234,30 +241,15 @@ class CloudControlProvider:
         return _model(answer.get("ResourceDescription", {}).get("Properties"))
 
     def _settle(self, cc: Any, ref: ResourceRef, event: dict, verb: str) -> dict:
-        token = event.get("RequestToken", "")
-        deadline = self.clock() + self.timeout
-        interval = self.poll_interval
-        while True:
-            status = event.get("OperationStatus")
-            if status == "SUCCESS":
-                return event
-            if status in ("FAILED", "CANCEL_COMPLETE"):
-                raise ProviderError(
-                    f"{describe(ref)}: Cloud Control {verb} {status} ({event.get('ErrorCode') or 'no error code'}): "
-                    f"{event.get('StatusMessage') or 'no status message'} (request token {token})",
-                    aws_code=event.get("ErrorCode"),
-                )
-            if self.clock() >= deadline:
-                raise ProviderError(
-                    f"{describe(ref)}: Cloud Control {verb} still {status} after {self.timeout:.0f}s "
-                    f"(request token {token})"
-                )
-            self.sleep(interval)
-            interval = min(interval * self.backoff, self.max_interval)
-            try:
-                event = self._call(cc.get_resource_request_status, RequestToken=token)["ProgressEvent"]
-            except (ClientError, BotoCoreError) as exc:
-                raise provider_error(ref, "cloudcontrol:GetResourceRequestStatus", exc) from None
+        event = self._poll(cc, ref, event, verb)
+        status = event.get("OperationStatus")
+        if status == "SUCCESS":
+            return event
+        raise ProviderError(
+            f"{describe(ref)}: Cloud Control {verb} {status} ({event.get('ErrorCode') or 'no error code'}): "
+            f"{event.get('StatusMessage') or 'no status message'} (request token {event.get('RequestToken', '')})",
+            aws_code=event.get("ErrorCode"),
+        )
 
 
 def _model(raw: Any) -> dict:
