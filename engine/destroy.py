@@ -257,7 +257,7 @@ def default_precheck(ref: Any) -> str | None:
 
 def default_clients(ctx: Context) -> Any:
     providers = _require_providers()
-    return providers.Clients(ctx.bucket.session)
+    return providers.Clients(ctx.bucket.session, state_bucket=ctx.bucket)
 
 
 # --- small helpers --------------------------------------------------------------------------

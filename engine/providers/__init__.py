@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.providers import dynamodb, iam, kms, lambda_, logs, s3, secretsmanager, sns, sqs, ssm
+from engine.providers import custom, dynamodb, iam, kms, lambda_, logs, s3, secretsmanager, sns, sqs, ssm
 from engine.providers.base import (
     DELETED,
     NOT_FOUND,
@@ -28,7 +28,7 @@ from engine.providers.base import (
 from engine.providers.cloudcontrol import PROVIDER as CLOUD_CONTROL
 from engine.providers.cloudcontrol import CloudControlProvider, cloud_control_can_delete
 
-_MODULES = (s3, sqs, sns, dynamodb, iam, lambda_, logs, ssm, secretsmanager, kms)
+_MODULES = (s3, sqs, sns, dynamodb, iam, lambda_, logs, ssm, secretsmanager, kms, custom)
 
 
 def _registry() -> dict[str, Provider]:
@@ -78,6 +78,8 @@ def deploy_provider_for(resource_type: str, provisioned_by: str | None = None) -
 def provider_for(ref: ResourceRef) -> Provider:
     """The provider that deletes this row: Cloud Control for cc-api rows (where it can) and
     for every type without an SDK provider; otherwise the SDK provider of the type."""
+    if custom.is_custom_type(ref.resource_type):
+        return custom.PROVIDER  # every Custom::* too; never Cloud Control's
     sdk = REGISTRY.get(ref.resource_type)
     if ref.provisioned_by == "cc-api" and cloud_control_can_delete(ref.resource_type):
         return CLOUD_CONTROL

@@ -133,10 +133,13 @@ class Clients:
 
     Built through `engine.aws.client`, so they carry the house config (standard retries)
     and the endpoint from `AWS_ENDPOINT_URL`. Safe to share between the runner's threads.
+    `state_bucket` (an engine.backend.StateBucket) is where custom resources' handlers PUT
+    their responses; None where nothing needs it.
     """
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, state_bucket: Any = None) -> None:
         self.session = session
+        self.state_bucket = state_bucket
         self._cache: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
