@@ -333,14 +333,20 @@ class PolicyProvider(SdkProvider, DeployCalls):
         return CreateResult(name, {"PolicyName": name})
 
     def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
-        name = ref.physical_id or ""
+        """A new document or principals in place; a new PolicyName (no create-only property
+        on this type) puts the policy under the new name and takes the old one off every
+        principal it was on, so the physical id moves to the new name."""
+        old_name = ref.physical_id or ""
+        name = old_name
+        if properties.get("PolicyName") != ref.properties.get("PolicyName"):
+            name = physical_name(POLICY, ref.logical_id, properties, stack_name=target.stack_name)
         self._put_all(clients, ref.logical_id, name, properties)
         iam = clients("iam", IAM_REGION)
         for prop, method, param in PRINCIPALS:
-            kept = set(properties.get(prop) or [])
+            kept = set(properties.get(prop) or []) if name == old_name else set()
             for principal in ref.properties.get(prop) or []:
                 if principal not in kept:
-                    _ignore_missing(getattr(iam, method), **{param: principal, "PolicyName": name})
+                    _ignore_missing(getattr(iam, method), **{param: principal, "PolicyName": old_name})
         return UpdateResult(name, {"PolicyName": name})
 
     def read(self, clients: Clients, ref: ResourceRef) -> dict | None:

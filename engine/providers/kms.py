@@ -39,6 +39,8 @@ KEY = "AWS::KMS::Key"
 ALIAS = "AWS::KMS::Alias"
 
 MIN_WINDOW, MAX_WINDOW = 7, 30
+# fixed when the key is created (KMS has no call that changes them), with KMS's defaults
+IMMUTABLE = {"KeySpec": "SYMMETRIC_DEFAULT", "KeyUsage": "ENCRYPT_DECRYPT", "MultiRegion": False}
 PENDING_STATES = frozenset({"PendingDeletion", "PendingReplicaDeletion"})
 
 
@@ -127,6 +129,14 @@ class KeyProvider(SdkProvider, DeployCalls):
         key_id = ref.physical_id or ""
         kms = clients("kms", region_of(ref, key_id))
         old, lid = ref.properties, ref.logical_id
+        fixed = [k for k, default in IMMUTABLE.items() if old.get(k, default) != properties.get(k, default)]
+        if fixed:
+            # CloudFormation fails this update too, whatever the UpdateReplacePolicy: a
+            # replacement would schedule the old key (and what it encrypted) for deletion
+            raise ProviderError(
+                f"{lid} ({KEY} {key_id}): {', '.join(fixed)} cannot change on an existing key; the update was "
+                "not made. Keep the old value, or give the key a new logical id to create a new key"
+            )
         if old.get("KeyPolicy") != properties.get("KeyPolicy") and "KeyPolicy" in properties:
             policy = properties["KeyPolicy"]
             self._guarded(

@@ -18,6 +18,7 @@ A permission's physical id is its statement id (the logical id without character
 from __future__ import annotations
 
 import io
+import json
 import re
 import zipfile
 from typing import Any
@@ -217,6 +218,9 @@ class PermissionProvider(SdkProvider, DeployCalls):
         lam = clients("lambda", (arn.region if arn and arn.region else "") or target.region)
         params = {k: properties[k] for k in self.handled if k in properties}
         params["StatementId"] = sid
+        if sid in self._statement_ids(lam, logical_id, function):
+            # AddPermission of a taken id fails on AWS but moto overwrites: ask first, never adopt
+            raise already_exists(logical_id, resource_type, sid)
         try:
             lam.add_permission(**params)
         except ClientError as exc:
@@ -224,6 +228,19 @@ class PermissionProvider(SdkProvider, DeployCalls):
                 raise already_exists(logical_id, resource_type, sid) from None
             raise provider_error(ResourceRef(logical_id, PERMISSION, sid), "AddPermission", exc) from None
         return CreateResult(sid, {"Id": sid})
+
+    def _statement_ids(self, lam: Any, logical_id: str, function: str) -> set[str]:
+        try:
+            policy = lam.get_policy(FunctionName=function)["Policy"]
+        except ClientError as exc:
+            if error_code(exc) in NOT_FOUND_CODES:  # no resource policy yet (or no function: AddPermission says)
+                return set()
+            raise provider_error(ResourceRef(logical_id, PERMISSION, function), "GetPolicy", exc) from None
+        try:
+            statements = json.loads(policy).get("Statement") or []
+        except (ValueError, AttributeError):
+            return set()
+        return {s.get("Sid") for s in statements if isinstance(s, dict) and isinstance(s.get("Sid"), str)}
 
     def update(self, clients: Clients, ref: ResourceRef, properties: dict, target: DeployTarget) -> UpdateResult:
         # every property of a permission is create-only: the plan replaces it instead
