@@ -6,19 +6,44 @@ cc-api` row goes through Cloud Control (sticky), except for the types Cloud Cont
 handle; otherwise the type's SDK provider; a type without one goes through Cloud Control.
 
 Adding a type is one small module in this package that defines `PROVIDERS` (instances with
-`types`, `supports_snapshot` and `delete`), plus its name in `_MODULES` below.
+`types`, `supports_snapshot` and `delete`), plus its name in `_MODULES` below. A provider
+with `read_protection`/`set_protection` also serves the protection calls; a module's
+`PROTECTION` tuple holds protection handlers of types whose delete lives elsewhere.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.providers import custom, dynamodb, iam, kms, lambda_, logs, s3, secretsmanager, sns, sqs, ssm
+from engine.providers import (
+    custom,
+    dynamodb,
+    ec2_volume,
+    elasticache,
+    iam,
+    iam_identity,
+    kms,
+    lambda_,
+    lambda_layer,
+    logs,
+    protection,
+    rds,
+    redshift,
+    route53,
+    s3,
+    secretsmanager,
+    sns,
+    sqs,
+    ssm,
+    waitcondition,
+)
 from engine.providers.base import (
     DELETED,
+    IAM_NAME,
     NOT_FOUND,
     Clients,
     NotFoundGone,
+    ProtectionProvider,
     Provider,
     ProviderError,
     ResourceRef,
@@ -28,7 +53,29 @@ from engine.providers.base import (
 from engine.providers.cloudcontrol import PROVIDER as CLOUD_CONTROL
 from engine.providers.cloudcontrol import CloudControlProvider, cloud_control_can_delete
 
-_MODULES = (s3, sqs, sns, dynamodb, iam, lambda_, logs, ssm, secretsmanager, kms, custom)
+_MODULES = (
+    custom,
+    s3,
+    sqs,
+    sns,
+    dynamodb,
+    iam,
+    iam_identity,
+    lambda_,
+    lambda_layer,
+    logs,
+    ssm,
+    secretsmanager,
+    kms,
+    route53,
+    waitcondition,
+    rds,
+    elasticache,
+    redshift,
+    ec2_volume,
+)
+# Modules that only hold protection handlers (types whose delete lives elsewhere).
+_PROTECTION_MODULES = (protection,)
 
 
 def _registry() -> dict[str, Provider]:
@@ -75,13 +122,44 @@ def deploy_provider_for(resource_type: str, provisioned_by: str | None = None) -
     return CLOUD_CONTROL if cloud_control_can_delete(resource_type) else None
 
 
+# cc-api rows deleted through the SDK anyway (seed 004): Cloud Control's RDS / Neptune delete
+# handlers snapshot unasked, and its EC2 volume handler snapshots twice and hangs; Redshift
+# and replication groups take their snapshot as a separate pre-delete step in any case.
+SDK_DELETE_FOR_CC_ROWS = frozenset(
+    {
+        "AWS::RDS::DBInstance",
+        "AWS::RDS::DBCluster",
+        "AWS::Neptune::DBCluster",
+        "AWS::EC2::Volume",
+        "AWS::Redshift::Cluster",
+        "AWS::ElastiCache::ReplicationGroup",
+    }
+)
+
+
+def _stays_on_cloud_control(ref: ResourceRef) -> bool:
+    """A cc-api row of the types above that Cloud Control must still delete: a cluster in a
+    global cluster the SDK cannot detach here (seed 004 "These cases still go through Cloud
+    Control"): a Neptune cluster with GlobalClusterIdentifier, an RDS one whose value is no
+    plain name."""
+    global_id = ref.properties.get("GlobalClusterIdentifier") if isinstance(ref.properties, dict) else None
+    if global_id is None:
+        return False
+    if ref.resource_type == "AWS::Neptune::DBCluster":
+        return True
+    return ref.resource_type == "AWS::RDS::DBCluster" and not (isinstance(global_id, str) and IAM_NAME.match(global_id))
+
+
 def provider_for(ref: ResourceRef) -> Provider:
-    """The provider that deletes this row: Cloud Control for cc-api rows (where it can) and
-    for every type without an SDK provider; otherwise the SDK provider of the type."""
+    """The provider that deletes this row: Cloud Control for cc-api rows (where it can, except
+    the snapshot-bearing types above) and for every type without an SDK provider; otherwise
+    the SDK provider of the type."""
     if custom.is_custom_type(ref.resource_type):
         return custom.PROVIDER  # every Custom::* too; never Cloud Control's
     sdk = REGISTRY.get(ref.resource_type)
     if ref.provisioned_by == "cc-api" and cloud_control_can_delete(ref.resource_type):
+        if sdk is not None and ref.resource_type in SDK_DELETE_FOR_CC_ROWS and not _stays_on_cloud_control(ref):
+            return sdk
         return CLOUD_CONTROL
     return sdk if sdk is not None else CLOUD_CONTROL
 
@@ -91,9 +169,46 @@ def delete_resource(clients: Clients, ref: ResourceRef, *, snapshot: bool = Fals
     return provider_for(ref).delete(clients, ref, snapshot=snapshot)
 
 
+# -- protection (seed 004 "--remove-protection") ----------------------------------------------
+
+
+def _protection_registry() -> dict[str, Any]:
+    registry: dict[str, Any] = {}
+    handlers: list[Any] = [p for m in _MODULES for p in m.PROVIDERS if hasattr(p, "read_protection")]
+    handlers += [p for m in (*_MODULES, *_PROTECTION_MODULES) for p in getattr(m, "PROTECTION", ())]
+    for handler in handlers:
+        for resource_type in handler.types:
+            if resource_type in registry:
+                raise RuntimeError(f"two protection handlers for {resource_type}")  # a wiring mistake
+            registry[resource_type] = handler
+    return registry
+
+
+PROTECTION_REGISTRY: dict[str, Any] = _protection_registry()
+PROTECTION_TYPES: frozenset[str] = frozenset(PROTECTION_REGISTRY)
+
+
+def read_protection(clients: Clients, ref: ResourceRef) -> bool | None:
+    """Is the row's deletion/termination guard on now (read from AWS)? None: its type has no
+    protection. A resource that is gone reads False. Raises ProviderError (AWS refused the
+    read, or the type's flip is not supported) or Skip (the row cannot be addressed)."""
+    handler = PROTECTION_REGISTRY.get(ref.resource_type)
+    return None if handler is None else bool(handler.read_protection(clients, ref))
+
+
+def set_protection(clients: Clients, ref: ResourceRef, enabled: bool) -> None:
+    """Turn the row's guard on or off in place. ProviderError for a type without protection."""
+    handler = PROTECTION_REGISTRY.get(ref.resource_type)
+    if handler is None:
+        raise ProviderError(f"{ref.logical_id} ({ref.resource_type}): this type has no deletion protection to change")
+    handler.set_protection(clients, ref, enabled)
+
+
 __all__ = [
     "CLOUD_CONTROL",
     "DEPLOY_REGISTRY",
+    "PROTECTION_REGISTRY",
+    "PROTECTION_TYPES",
     "DELETED",
     "NOT_FOUND",
     "REGISTRY",
@@ -102,6 +217,7 @@ __all__ = [
     "CloudControlProvider",
     "NotFoundGone",
     "Provider",
+    "ProtectionProvider",
     "ProviderError",
     "ResourceRef",
     "SdkProvider",
@@ -109,4 +225,6 @@ __all__ = [
     "delete_resource",
     "deploy_provider_for",
     "provider_for",
+    "read_protection",
+    "set_protection",
 ]

@@ -69,10 +69,15 @@ class ProviderError(EngineError):
     """The delete failed. The message names the logical id, type, physical id, the AWS
     action and AWS's error code; `aws_code` and `request_id` carry them for the event log."""
 
-    def __init__(self, message: str, *, aws_code: str | None = None, request_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, aws_code: str | None = None, request_id: str | None = None, accepted: bool = False
+    ) -> None:
         super().__init__(message)
         self.aws_code = aws_code
         self.request_id = request_id
+        # True when AWS had already accepted the delete (a wait gave up afterwards): the
+        # runner must not turn protection back on then (seed 004, "Restoring a guard").
+        self.accepted = accepted
 
 
 @runtime_checkable
@@ -81,6 +86,20 @@ class Provider(Protocol):
     supports_snapshot: bool
 
     def delete(self, clients: Clients, ref: ResourceRef, *, snapshot: bool = False) -> str: ...
+
+
+@runtime_checkable
+class ProtectionProvider(Protocol):
+    """The optional protection half (seed 004 "--remove-protection"): a type whose resources
+    can carry a deletion/termination guard. `read_protection` asks AWS whether it is on now
+    (False for a resource that is gone); `set_protection` turns it on or off in place (an
+    idempotent call); both raise ProviderError when AWS refuses."""
+
+    types: tuple[str, ...]
+
+    def read_protection(self, clients: Clients, ref: ResourceRef) -> bool: ...
+
+    def set_protection(self, clients: Clients, ref: ResourceRef, enabled: bool) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 - Not there (ResourceNotFoundException) → "not-found"; already DELETING → "not-found" too
   (someone else's delete is under way; this run deleted nothing).
-- Deletion protection on → ProviderError naming it: the admin has no --remove-protection,
-  and turning a guard off is a person's decision.
+- Deletion protection on → ProviderError naming it: the delete never turns a guard off by
+  itself; the runner's remove-protection option does, through `set_protection` (UpdateTable,
+  then a wait for ACTIVE), and `read_protection` reads it. AWS::DynamoDB::GlobalTable (deleted
+  through Cloud Control) shares those two calls on its table in the stack's region.
 - No final snapshot: CloudFormation does not accept `DeletionPolicy: Snapshot` on a table and
   cdkd's snapshot-capable types do not include it, so a Snapshot policy here fails the
   resource (the runner's refusal), as cdkd does.
@@ -42,6 +44,7 @@ from engine.providers.base import (
     parse_arn,
     provider_error,
     region_of,
+    require_physical_id,
     tag_delta,
     tag_map,
 )
@@ -105,6 +108,28 @@ class TableProvider(SdkProvider, DeployCalls):
             )
         ddb.delete_table(TableName=name)
         return DELETED
+
+    # -- protection (seed 004: UpdateTable(DeletionProtectionEnabled), then wait for ACTIVE) --
+
+    def read_protection(self, clients: Clients, ref: ResourceRef) -> bool:
+        pid = require_physical_id(ref)
+        ddb = clients("dynamodb", region_of(ref, pid))
+        try:
+            return bool(ddb.describe_table(TableName=table_name(pid))["Table"].get("DeletionProtectionEnabled"))
+        except ClientError as exc:
+            if error_code(exc) in self.not_found_codes:
+                return False
+            raise provider_error(ref, "DescribeTable", exc) from None
+
+    def set_protection(self, clients: Clients, ref: ResourceRef, enabled: bool) -> None:
+        pid = require_physical_id(ref)
+        name = table_name(pid)
+        ddb = clients("dynamodb", region_of(ref, pid))
+        try:
+            ddb.update_table(TableName=name, DeletionProtectionEnabled=enabled)
+            self._wait_active(ddb, ref.logical_id, name)
+        except ClientError as exc:
+            raise provider_error(ref, "UpdateTable", exc) from None
 
     def _wait_active(self, ddb: Any, lid: str, name: str) -> dict[str, Any]:
         deadline = time.monotonic() + self.wait_timeout
@@ -287,3 +312,22 @@ class TableProvider(SdkProvider, DeployCalls):
 
 
 PROVIDERS = (TableProvider(),)
+
+
+class GlobalTableProtection:
+    """AWS::DynamoDB::GlobalTable protection only (its delete goes through Cloud Control): the
+    same UpdateTable / DescribeTable on the table in the stack's region."""
+
+    types = ("AWS::DynamoDB::GlobalTable",)
+
+    def __init__(self, table: TableProvider) -> None:
+        self._table = table
+
+    def read_protection(self, clients: Clients, ref: ResourceRef) -> bool:
+        return self._table.read_protection(clients, ref)
+
+    def set_protection(self, clients: Clients, ref: ResourceRef, enabled: bool) -> None:
+        self._table.set_protection(clients, ref, enabled)
+
+
+PROTECTION = (GlobalTableProtection(PROVIDERS[0]),)

@@ -214,7 +214,9 @@ class BucketProvider(SdkProvider, DeployCalls):
 
 
 class BucketPolicyProvider(SdkProvider, DeployCalls):
-    """AWS::S3::BucketPolicy (deploy-only): the bucket name is the physical id, attributes {}."""
+    """AWS::S3::BucketPolicy: the bucket name is the physical id, attributes {}. DeleteBucketPolicy
+    answers 204 for a bucket without a policy, so GetBucketPolicy asks first: a re-run says
+    "not-found"."""
 
     types = ("AWS::S3::BucketPolicy",)
     handled = frozenset({"Bucket", "PolicyDocument"})
@@ -222,7 +224,10 @@ class BucketPolicyProvider(SdkProvider, DeployCalls):
     action = "DeleteBucketPolicy"
 
     def _delete(self, clients: Clients, ref: ResourceRef, physical_id: str, snapshot: bool) -> str:
-        clients("s3", ref.region).delete_bucket_policy(Bucket=physical_id)
+        s3 = clients("s3", ref.region)
+        owner = {"ExpectedBucketOwner": ref.account_id} if ref.account_id else {}  # not another account's
+        s3.get_bucket_policy(Bucket=physical_id, **owner)  # NoSuchBucketPolicy / NoSuchBucket → "not-found"
+        s3.delete_bucket_policy(Bucket=physical_id, **owner)
         return DELETED
 
     def _put(self, clients: Clients, lid: str, properties: dict, region: str) -> str:
@@ -253,5 +258,4 @@ class BucketPolicyProvider(SdkProvider, DeployCalls):
         return {"Bucket": ref.physical_id, "PolicyDocument": json.loads(policy)}
 
 
-PROVIDERS = (BucketProvider(),)
-DEPLOY_ONLY = (BucketPolicyProvider(),)  # not in the destroy registry: destroy keeps its routing
+PROVIDERS = (BucketProvider(), BucketPolicyProvider())  # Cloud Control cannot delete a bucket policy

@@ -26,8 +26,7 @@ from botocore.stub import Stubber
 from engine.backend import StateBucket
 from engine.keys import KeyLayout
 from engine.operations import Context, Plan, spec_for
-from engine.providers import REGISTRY, Clients, custom
-from engine.providers.s3 import DEPLOY_ONLY as S3_DEPLOY_ONLY
+from engine.providers import Clients, custom
 
 pytestmark = pytest.mark.integration
 
@@ -201,8 +200,6 @@ def cr_row(properties: dict[str, Any], pid: str = "site-data-bucket-autodelete",
 
 
 def test_it_destroys_a_cdk_bucket_with_auto_delete_objects_to_nothing(aws, bucket, handler, monkeypatch):
-    if "AWS::S3::BucketPolicy" not in REGISTRY:  # its destroy registration lands on another branch
-        monkeypatch.setitem(REGISTRY, "AWS::S3::BucketPolicy", S3_DEPLOY_ONLY[0])
     role_arn = make_function(aws)
     s3 = aws.s3(ACCOUNT)
     aws.make_bucket(ACCOUNT, DATA)  # versioned: the handler must remove every version

@@ -293,7 +293,9 @@ CASES: dict[str, Case] = {
 
 
 def test_it_has_a_case_for_every_sdk_type():
-    assert set(CASES) == set(REGISTRY)
+    # The destroy-side types of issue 12 have theirs in test_providers_destroy_more.py, which
+    # checks that the two files together cover REGISTRY.
+    assert set(CASES) <= set(REGISTRY)
 
 
 @pytest.mark.parametrize("resource_type", sorted(CASES))
@@ -495,7 +497,7 @@ SKIPS = {
     "queue id that is no queue URL": ref("AWS::SQS::Queue", "https://example.com/not/a/queue/url"),
     "managed policy id that is no ARN": ref("AWS::IAM::ManagedPolicy", "just-a-name"),
     "custom resource whose ServiceToken is masked": ref("Custom::Thing", "abc", {"ServiceToken": "***"}),
-    "cc-api row of a type Cloud Control cannot delete": ref("AWS::IAM::User", "u", provisioned_by="cc-api"),
+    "cc-api row of a type Cloud Control cannot delete": ref("AWS::CloudFormation::Stack", "s", provisioned_by="cc-api"),
 }
 
 
