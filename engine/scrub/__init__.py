@@ -16,20 +16,32 @@ Scan (`scan`)
   secret, shape or secret-bearing property name occurs as text is never decoded.
 
 Scrub (operation kind `scrub`, registered with `engine.operations`)
-  Rewrites the stack's current record: a whole value equal to a known secret becomes the
-  reference a deploy resolves again (`{{resolve:secretsmanager:<arn>:SecretString:<key>::}}`,
-  `{{resolve:ssm-secure:<name>}}` for a SecureString parameter of the record's region);
-  anything else (shapes, property-name hits, strings that merely contain a secret) becomes
-  `***` whole. Covered: resources' and orphan records' `properties`,
-  `observedProperties`, `attributes`, and `outputs`. `skippedOutputs` is dropped, every
-  other field stays; written through cdkd's writer (`dump_state`) with `If-Match`. The
-  exports index entries the stack owns are patched to the new output values (`If-Match`,
-  retried on 412). With `params["purge_history"]` the noncurrent versions of every key
-  that held a finding are deleted (IsLatest false only), unless the bucket has Object Lock.
-  Nothing secret is stored in the plan: `execute` reads the secrets again and re-derives.
+  With the app's assembly (`params["app"]`, a cdk.out path, or `params["assembly_digest"]`,
+  a stored one) the rewrite is template-driven as cdkd's (engine.scrub.template): each value
+  a template secret reference resolved to goes back to that exact expression, NoEcho
+  positions become `***` with `noEchoLeaves` recorded, and each nested child record is
+  scrubbed with its own template, under its own lock. What the template does not position,
+  and every record without an assembly, gets the value-driven rewrite: a whole value equal
+  to a known secret becomes the reference a deploy resolves again
+  (`{{resolve:secretsmanager:<arn>:SecretString:<key>::}}`, `{{resolve:ssm:<name>}}` for a
+  SecureString parameter of the record's region, as cdkd stores it); anything else (shapes,
+  property-name hits, strings that merely contain a secret) becomes `***` whole. Covered:
+  resources' and orphan records' `properties`, `observedProperties`, `attributes`, and
+  `outputs`. `skippedOutputs` is dropped, every other field stays; written through cdkd's
+  writer (`dump_state`) with `If-Match`. The exports index entries the stack owns are
+  patched to the new output values (`If-Match`, retried on 412).
+  The plan says, for each rewritten property, what cdkd's next diff reports for it
+  (engine.scrub.predict, the plan engine): no change, update or replacement. A replacement
+  is refused unless `params["allow_replacement"]`.
+  History: as cdkd, the noncurrent versions of each state.json rewritten (and of each
+  exports index key patched) are purged by default; `params["keep_history"]` keeps them;
+  `params["purge_history"]` extends the purge to every key that held a finding. Never with
+  Object Lock. Nothing secret is stored in the plan: `execute` reads the secrets again and
+  re-derives.
 
-Modules: `scanner` (the scan), `rewrite` (the value-driven rewrite), `exports` (the
-exports index), `history` (purges), `operation` (the operation kind).
+Modules: `scanner` (the scan), `rewrite` (the value-driven rewrite), `template` (the
+template-driven rewrite), `predict` (cdkd's next diff), `tree` (a stack and its nested
+children), `exports` (the exports index), `history` (purges), `operation` (the kind).
 """
 
 from engine.scrub.exports import INDEX_ATTEMPTS, INDEX_VERSION, _index_keys, _index_patch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from typing import Any
 
@@ -17,8 +19,10 @@ from engine.schema import (
 )
 from engine.scrub.exports import INDEX_ATTEMPTS, _index_keys, _index_patch
 from engine.scrub.history import object_lock_enabled, purge_noncurrent, replication_destinations
-from engine.scrub.rewrite import Derivation, _render, derive
+from engine.scrub.predict import replacements
+from engine.scrub.rewrite import Derivation, _render
 from engine.scrub.scanner import ScanResult, scan, secret_regions
+from engine.scrub.tree import Deriver, StackScrub, load_artifact
 from engine.secrets import (
     SecretIndex,
     collect,
@@ -29,7 +33,46 @@ ROTATE = (
     "could read it may already hold the values."
 )
 
+KEEP, PURGE_REWRITTEN, PURGE_ALL = "keep", "purge-rewritten", "purge-all"
+
 # --- the operation --------------------------------------------------------------------------------
+
+
+def history_mode(params: dict[str, Any]) -> str:
+    """cdkd purges the history of each state.json it rewrites (the default here); keep
+    history opts out; purge history extends it to every key that held a finding."""
+    keep, purge = bool(params.get("keep_history")), bool(params.get("purge_history"))
+    if keep and purge:
+        raise OperationRefused("keep history and purge history contradict each other: choose one")
+    return KEEP if keep else PURGE_ALL if purge else PURGE_REWRITTEN
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _rewrite_line(key: str, r: dict[str, Any]) -> str:
+    return f"{key}: {_render(r['path'])} -> {_show(r['to'])} ({r['source']})"
+
+
+def diff_lines(stacks: list[StackScrub], basis: str) -> list[str]:
+    """One line per rewritten property (or output): what cdkd's next diff reports for it."""
+    lines: list[str] = []
+    for s in stacks:
+        seen: set[tuple[str, ...]] = set()
+        for p in s.predicted:
+            if "property" in p:
+                ident: tuple[str, ...] = ("p", p["logicalId"], p["property"])
+                where = f"{p['logicalId']}.{p['property']}"
+            elif "output" in p:
+                ident, where = ("o", p["output"]), f"output {p['output']}"
+            else:
+                ident, where = ("x", _render(p["path"])), _render(p["path"])
+            if ident in seen:
+                continue
+            seen.add(ident)
+            lines.append(f"{s.key}: cdkd's next diff: {where}: {p['diff']} (predicted against {basis})")
+    return lines
 
 
 def _index_for(ctx: Context, regions: list[str]) -> SecretIndex:
@@ -66,47 +109,77 @@ class Scrub:
         return stored, index, result, index_keys
 
     def plan(self, ctx: Context) -> Plan:
+        mode = history_mode(ctx.params)
         stored, index, result, index_keys = self._survey(ctx)
+        assembly, artifact = load_artifact(ctx)
+        deriver = Deriver(ctx, index, artifact)
+        top = deriver.tree(stored)
+        derived = top.derived
         key = stored.key
-        derived = derive(index, stored, ctx.stack, ctx.region or "")
-        purge = bool(ctx.params.get("purge_history"))
+        stacks = top.flat()
         changes: list[str] = []
-        for r in derived.rewrites:
-            changes.append(f"{key}: {_render(r['path'])} -> {r['to']} ({r['source']})")
+        for s in stacks:
+            changes += [
+                f"{s.key}: {_render(r['path'])} -> {_show(r['to'])} ({r['source']})" for r in s.derived.rewrites
+            ]
         index_changes = self._index_changes(ctx, index, index_keys, derived.outputs)
         for item in index_changes:
             changes.append(f"{item['key']}: exports {', '.join(item['entries'])} -> the new output value(s)")
-        if derived.state is not None and derived.state.has("skippedOutputs") and (derived.rewrites or index_changes):
+        versions: dict[str, int | None] = {}
+        for s in stacks:
+            state = s.derived.state
+            if state is None or not s.derived.rewrites:
+                versions[s.stack] = None
+                continue
+            if state.has("skippedOutputs"):
+                changes.append(f"{s.key}: drop skippedOutputs (every save outside a deploy does)")
+            versions[s.stack] = write_version(state)
+            changes.append(f"{s.key}: {version_line(state.version, versions[s.stack])}")
+        if derived.state is not None and derived.state.has("skippedOutputs") and index_changes and not derived.rewrites:
             changes.append(f"{key}: drop skippedOutputs (every save outside a deploy does)")
-        version = write_version(derived.state) if derived.state is not None and derived.rewrites else None
-        if version is not None:
-            changes.append(f"{key}: {version_line(derived.state.version, version)}")
-        # Every key that held a finding of this stack (the scan kept only those), the record
-        # itself when rewritten (its old body becomes noncurrent), and each index patched.
-        purge_keys = sorted(
-            {f.key for f in result.findings}
-            | ({key} if derived.rewrites else set())
-            | {i["key"] for i in index_changes}
-        )
-        warnings = list(index.warnings)
-        left = self._left(result, derived, key)
-        history = [f for f in result.findings if f.versionId is not None]
-        if purge:
-            for k in purge_keys:
-                changes.append(f"{k}: delete every noncurrent version (the current one stays)")
-        elif history:
+        changes += diff_lines(stacks, deriver.basis)
+        consent = self._consent(ctx, stacks, deriver.basis)
+        if consent:
+            changes.append(consent["line"])
+        rewritten = [s.key for s in stacks if s.derived.rewrites]
+        patched = [i["key"] for i in index_changes]
+        if mode == KEEP:
+            purge_keys: list[str] = []
+        elif mode == PURGE_ALL:
+            purge_keys = sorted({f.key for f in result.findings} | set(rewritten) | set(patched))
+        else:
+            purge_keys = sorted(set(rewritten) | set(patched))
+        warnings = list(index.warnings) + (list(deriver.values.warnings) if deriver.values else [])
+        left = self._left(result, derived, key) + [
+            f"{s.key}: {_render(item['path'])} ({item['source']}; {item['why']})"
+            for s in stacks[1:]
+            for item in s.derived.left
+        ]
+        history = [f for f in result.findings if f.versionId is not None and f.key not in purge_keys]
+        for k in purge_keys:
+            changes.append(f"{k}: delete every noncurrent version (the current one stays)")
+        if mode == KEEP and rewritten:
+            warnings.append(
+                f"history is kept: the pre-scrub body of {', '.join(rewritten)} stays readable by version id "
+                "(cdkd's scrub purges it)"
+            )
+        if history:
             warnings.append(
                 f"{len(history)} finding(s) in {len({(f.key, f.versionId) for f in history})} noncurrent version(s) "
                 f"stay readable by version id unless history is purged (purge_history)"
             )
         warnings += [f"left as is: {line}" for line in left]
-        if not derived.rewrites and not index_changes and not (purge and purge_keys):
+        count = sum(len(s.derived.rewrites) for s in stacks)
+        if not count and not index_changes and not purge_keys:
             summary = f"No secret to scrub in the current record of {ctx.stack} ({ctx.region})."
         else:
             summary = (
-                f"Scrub {len(derived.rewrites)} secret value(s) from the current record of {ctx.stack} "
-                f"({ctx.region}), patch {sum(len(i['entries']) for i in index_changes)} exports index entr(y/ies)"
-                + (f" and purge the noncurrent versions of {len(purge_keys)} key(s)" if purge else "")
+                f"Scrub {count} secret value(s) from the current record of {ctx.stack} ({ctx.region})"
+                + (f" and {len(stacks) - 1} nested child record(s)" if len(stacks) > 1 else "")
+                + (" as the app's template says" if artifact else "")
+                + f", patch {sum(len(i['entries']) for i in index_changes)} exports index entr(y/ies)"
+                + (f" and purge the noncurrent versions of {len(purge_keys)} key(s)" if purge_keys else "")
+                + (", keeping history" if mode == KEEP else "")
                 + f". {ROTATE}"
             )
         return Plan(
@@ -121,15 +194,54 @@ class Scrub:
                 "key": key,
                 "rewrites": derived.rewrites,
                 "index": index_changes,
-                "purge_history": purge,
-                "purge": purge_keys if purge else [],
+                "history": mode,
+                "purge_history": mode == PURGE_ALL,
+                "keep_history": mode == KEEP,
+                "purge": purge_keys,
                 "regions": list(index.regions),
                 "left": left,
                 "sources": sorted({f.source for f in result.findings}),
                 "history_findings": len(history),
-                "schema_version": version,
+                "schema_version": versions.get(ctx.stack),
+                "assembly": assembly.digest if assembly else None,
+                "prediction_basis": deriver.basis,
+                "predicted": top.predicted,
+                "replacements": consent["replacements"] if consent else [],
+                "allow_replacement": bool(ctx.params.get("allow_replacement")),
+                "no_echo_leaves": derived.template.no_echo_leaves if derived.template is not None else {},
+                "children": [
+                    {
+                        "stack": s.stack,
+                        "key": s.key,
+                        "etag": s.stored.etag,
+                        "depth": s.depth,
+                        "rewrites": s.derived.rewrites,
+                        "predicted": s.predicted,
+                        "schema_version": versions.get(s.stack),
+                    }
+                    for s in stacks[1:]
+                ],
             },
         )
+
+    def _consent(self, ctx: Context, stacks: list[StackScrub], basis: str) -> dict[str, Any] | None:
+        """The replacements cdkd's next diff would make; refuses them unless allowed."""
+        found = [{"stack": s.stack, **r} for s in stacks for r in replacements(s.predicted)]
+        if not found:
+            return None
+        named = "; ".join(
+            f"{r['stack']}: {r['logicalId']} ({r['resourceType']}: {', '.join(r['properties'])})" for r in found
+        )
+        if not ctx.params.get("allow_replacement"):
+            raise OperationRefused(
+                f"after this rewrite cdkd's next diff would REPLACE {len(found)} resource(s), predicted against "
+                f"{basis}: {named}. Scrub with the app's assembly (its own references read as no change), or allow the "
+                f"replacement explicitly (--allow-replacement; the web form's Allow replacement tick)"
+            )
+        return {
+            "replacements": found,
+            "line": f"consented (allow replacement): cdkd's next diff replaces {named}",
+        }
 
     def _index_changes(
         self, ctx: Context, index: SecretIndex, index_keys: list[str], outputs: dict[str, Any]
@@ -159,8 +271,9 @@ class Scrub:
 
     def execute(self, ctx: Context, plan: Plan) -> Outcome:
         key = self._key(ctx)
+        mode = plan.data.get("history") or (PURGE_ALL if plan.data.get("purge_history") else PURGE_REWRITTEN)
         warnings: list[str] = []
-        details: dict[str, Any] = {"key": key}
+        details: dict[str, Any] = {"key": key, "history": mode}
         status = "succeeded"
         with ctx.held_lock("scrub"):
             try:
@@ -171,29 +284,47 @@ class Scrub:
                 raise StalePlan(key, plan.etag, stored.etag)
             # The secrets are read again: nothing secret was kept in the plan.
             index = _index_for(ctx, list(plan.data.get("regions") or secret_regions(ctx.bucket, [ctx.region])))
-            derived = derive(index, stored, ctx.stack, ctx.region or "")
-            if derived.rewrites != plan.data.get("rewrites"):
-                raise OperationRefused(
-                    "the rewrite computed now differs from the plan (a secret was added, rotated or removed since); "
-                    "compute a new plan"
+            assembly, artifact = load_artifact(ctx)
+            if (assembly.digest if assembly else None) != plan.data.get("assembly"):
+                raise OperationRefused("the assembly is not the one the plan was computed from; compute a new plan")
+            deriver = Deriver(ctx, index, artifact)
+            top = deriver.tree(stored)
+            derived = top.derived
+            planned_children = {c["stack"]: c for c in plan.data.get("children") or []}
+            if (
+                derived.rewrites != plan.data.get("rewrites")
+                or any(
+                    planned_children.get(s.stack, {}).get("rewrites") != s.derived.rewrites
+                    or planned_children.get(s.stack, {}).get("etag") != s.stored.etag
+                    for s in top.flat()[1:]
                 )
+                or len(top.flat()) - 1 != len(planned_children)
+            ):
+                raise OperationRefused(
+                    "the rewrite computed now differs from the plan (a secret was added, rotated or removed since, "
+                    "or a nested record changed); compute a new plan"
+                )
+            consent = self._consent(ctx, top.flat(), deriver.basis)
+            if consent:
+                details["allow_replacement"] = True
+                details["replacements"] = consent["replacements"]
             etag_after = stored.etag
+            written: list[str] = []
             if derived.rewrites:
-                state = derived.state
-                assert state is not None
-                state.discard("skippedOutputs")
-                state.set("lastModified", int(time.time() * 1000))
-                try:
-                    body = dump_state(state, stack_name=ctx.stack, region=ctx.region or "")
-                except RecordRefused as exc:
-                    raise OperationRefused(str(exc)) from None
-                try:
-                    written = ctx.bucket.put(key, body, if_match=plan.etag)
-                except (PreconditionFailed, NotFound):
-                    raise StalePlan(key, plan.etag, _etag_now(ctx, key)) from None
-                etag_after = written.etag
-                ctx.log("info", f"rewrote {len(derived.rewrites)} value(s) in {key}")
+                etag_after = self._write(ctx, key, plan.etag, derived, ctx.stack)
+                written.append(key)
             details["rewritten"] = [{"path": r["path"], "to": r["to"], "source": r["source"]} for r in derived.rewrites]
+            children = []
+            for child in top.flat()[1:]:
+                row = self._write_child(ctx, child)
+                children.append(row)
+                if row["result"] == "scrubbed":
+                    written.append(child.key)
+                elif row["result"] != "unchanged":
+                    status = "partial"
+                    warnings.append(f"nested record {child.key}: {row['result']}")
+            if children:
+                details["children"] = children
             index_results = self._patch_indexes(ctx, index, derived.outputs)
             details["index"] = index_results
             if any(r["result"] not in ("patched", "unchanged") for r in index_results):
@@ -203,20 +334,26 @@ class Scrub:
                     for r in index_results
                     if r["result"] not in ("patched", "unchanged")
                 ]
-            if plan.data.get("purge_history"):
+            patched = [r["key"] for r in index_results if r["result"] == "patched"]
+            if mode == KEEP:
+                purge_keys: list[str] = []
+                if written:
+                    warnings.append(
+                        f"history kept: the pre-scrub body of {', '.join(written)} stays readable by version id"
+                    )
+            elif mode == PURGE_ALL:
+                purge_keys = list(dict.fromkeys([*plan.data.get("purge", []), *written, *patched]))
+            else:
+                purge_keys = list(dict.fromkeys([*written, *patched]))
+            if purge_keys:
                 # Still under the lock: no cdkd run of this stack writes a journal or a
                 # record between our rewrite and the purge of what it replaced.
-                purge_keys = list(
-                    dict.fromkeys(
-                        [*plan.data.get("purge", []), *(r["key"] for r in index_results if r["result"] == "patched")]
-                    )
-                )
                 purge_status, purge_details, purge_warnings = self._purge(ctx, purge_keys)
                 details.update(purge_details)
                 warnings += purge_warnings
                 if purge_status != "succeeded":
                     status = "partial"
-            elif plan.data.get("history_findings"):
+            if plan.data.get("history_findings"):
                 warnings.append(
                     f"{plan.data['history_findings']} finding(s) in noncurrent versions were not purged (purge "
                     f"history was not asked for): they stay readable by version id"
@@ -231,9 +368,11 @@ class Scrub:
         details["rotate"] = ROTATE if sources else ""
         if sources:
             warnings.append(f"{ROTATE} Found: {'; '.join(sources)}")
+        count = sum(len(s.derived.rewrites) for s in top.flat())
         summary = (
-            f"Scrubbed {len(derived.rewrites)} value(s) in {ctx.stack} ({ctx.region})"
-            + (", purged history" if plan.data.get("purge_history") else "")
+            f"Scrubbed {count} value(s) in {ctx.stack} ({ctx.region})"
+            + (f" and {len(top.flat()) - 1} nested child record(s)" if len(top.flat()) > 1 else "")
+            + (", purged history" if purge_keys else "")
             + (" (partly: see warnings)" if status == "partial" else "")
             + (f". {ROTATE}" if sources else ".")
         )
@@ -245,6 +384,38 @@ class Scrub:
             details=details,
             warnings=warnings,
         )
+
+    def _write(self, ctx: Context, key: str, etag: str | None, derived: Derivation, stack: str) -> str | None:
+        state = derived.state
+        assert state is not None
+        state.discard("skippedOutputs")
+        state.set("lastModified", int(time.time() * 1000))
+        try:
+            body = dump_state(state, stack_name=stack, region=ctx.region or "")
+        except RecordRefused as exc:
+            raise OperationRefused(str(exc)) from None
+        try:
+            written = ctx.bucket.put(key, body, if_match=etag)
+        except (PreconditionFailed, NotFound):
+            raise StalePlan(key, etag, _etag_now(ctx, key)) from None
+        ctx.log("info", f"rewrote {len(derived.rewrites)} value(s) in {key}")
+        return written.etag
+
+    def _write_child(self, ctx: Context, child: StackScrub) -> dict[str, Any]:
+        """One nested record, under its own cdkd lock; a child that moved is reported, never
+        counted as scrubbed."""
+        row: dict[str, Any] = {"stack": child.stack, "key": child.key, "rewritten": len(child.derived.rewrites)}
+        if not child.derived.rewrites:
+            return {**row, "result": "unchanged"}
+        child_ctx = dataclasses.replace(ctx, stack=child.stack)
+        try:
+            with child_ctx.held_lock("scrub"):
+                self._write(child_ctx, child.key, child.stored.etag, child.derived, child.stack)
+        except OperationRefused as exc:
+            return {**row, "result": f"not scrubbed: {exc}"}
+        except EngineError as exc:  # its lock is held by another run
+            return {**row, "result": f"not scrubbed: {exc}"}
+        return {**row, "result": "scrubbed"}
 
     def _patch_indexes(self, ctx: Context, index: SecretIndex, outputs: dict[str, Any]) -> list[dict[str, Any]]:
         """Patch every exports index entry the stack owns; If-Match, up to 5 attempts."""
