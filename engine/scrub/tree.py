@@ -21,6 +21,7 @@ from engine.deploy.intrinsics import ResolveError
 from engine.errors import NotFound
 from engine.keys import child_stack_name
 from engine.operations import Context, OperationRefused
+from engine.schema import write_version
 from engine.scrub.predict import TEMPLATE_FROM_RECORD, predict
 from engine.scrub.rewrite import Derivation, derive
 from engine.scrub.template import MAX_NESTING, ReferenceValues, template_rewrite
@@ -120,9 +121,13 @@ class Deriver:
 
         derived = derive(self.index, stored, stack, self.region, prepare=prepare if template is not None else None)
         supplied = {k: v for k, v in (parameters or {}).items() if k in (template or {}).get("Parameters", {})}
+        # Predicted against the record as it will be written (noEchoLeaves bumps it to v11).
+        after = dict(derived.after)
+        if derived.rewrites and derived.state is not None:
+            after["version"] = write_version(derived.state)
         predicted = predict(
             derived.rewrites,
-            derived.after,
+            after,
             before=derived.before,
             stack=stack,
             region=self.region,
