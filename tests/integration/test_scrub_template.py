@@ -420,3 +420,49 @@ def test_it_refuses_a_replacement_on_the_cli_until_allowed_and_records_the_conse
     assert json.loads(aws.get(A1, BUCKET1, STATE))["resources"]["Fn"]["noEchoLeaves"] == [
         ["Environment", "Variables", "ADMIN"]
     ]
+
+
+# --- the web request ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_asks_for_consent_on_the_web_and_takes_a_stored_assembly(aws, secrets, tmp_path) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    from stacks.deployplan import read_upload, store_assembly
+    from stacks.models import AuditEvent, Operation
+    from stacks.sync import sync_account
+    from tests.deploy.zips import zip_dir
+    from tests.secrets.world import accounts, people
+
+    aws.put(A1, BUCKET1, STATE, cdkd_json(plain_record()))
+    prod, _dev = accounts()
+    sync_account(prod)
+    olivia = people(prod)["olivia"]
+    web = Client()
+    web.force_login(olivia)
+    url = reverse("operation_new", args=[A1, REGION, "App", "scrub"])
+
+    refused = web.get(url)
+    page = refused.content.decode()
+    assert refused.status_code == 409 and "REPLACE 1 resource(s)" in page and 'name="allow_replacement"' in page
+    preview = web.get(url, {"allow_replacement": "on"})
+    assert preview.status_code == 200 and 'id="allow-replacement"' in preview.content.decode()
+    assert "MasterUsername" in preview.content.decode()
+    digest = preview.context["digest"]
+    response = web.post(url, {"allow_replacement": "on", "plan_digest": digest})
+    assert response.status_code == 302
+    op = Operation.objects.get()
+    assert op.params == {"purge_history": False, "allow_replacement": True}
+    requested = AuditEvent.objects.get(action="operation.requested", operation=op)
+    assert requested.details["allow_replacement"][0]["logicalId"] == "Db"
+
+    stored = store_assembly(read_upload(zip_dir(write_app(tmp_path, secrets["db"]))), user=olivia, name="app.zip")
+    aws.put(A1, BUCKET1, STATE, cdkd_json(parent_record(secrets["db"])))  # its secret's row resolves the Ref
+    driven = web.get(url, {"assembly": stored.digest})
+    assert driven.status_code == 200
+    assert driven.context["plan"]["data"]["assembly"] == stored.digest
+    assert driven.context["plan"]["data"]["replacements"] == []  # the template's own references: no change
+    assert web.get(url, {"assembly": "0" * 64}).status_code == 400
+    assert_no_secret(op.plan, op.params, requested.details)
