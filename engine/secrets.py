@@ -172,7 +172,7 @@ class SecretSource:
 
     `label` is for people ("Secrets Manager secret prod/db, key password"); `reference`
     is the `{{resolve:...}}` a deploy would resolve again (None: no reference exists);
-    `region` is where the secret lives (an `ssm-secure` reference resolves only there).
+    `region` is where the secret lives (an `ssm` reference resolves only there).
     """
 
     kind: str  # "secretsmanager" | "ssm"
@@ -187,7 +187,7 @@ class SecretSource:
         if self.reference is None:
             return None
         if self.kind == "ssm" and region != self.region:
-            return None  # {{resolve:ssm-secure:name}} resolves in the deploying region only
+            return None  # {{resolve:ssm:name}} resolves in the deploying region only
         return self.reference
 
     def as_json(self) -> dict[str, Any]:
@@ -431,7 +431,10 @@ def sm_reference(arn: str, json_key: str | None) -> str:
 
 
 def ssm_reference(name: str) -> str:
-    return f"{{{{resolve:ssm-secure:{name}}}}}"
+    """The reference cdkd stores for a SecureString parameter: a plain `{{resolve:ssm:...}}`
+    (reference §7.1: cdkd classifies `ssm` as secret when the parameter is a SecureString and
+    keeps the expression in state; it never resolves `ssm-secure`)."""
+    return f"{{{{resolve:ssm:{name}}}}}"
 
 
 def _error_text(exc: Exception) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from stacks.models import LockState, OperationKind, OperationStatus, Role, policy_floor_problem
+from stacks.models import Assembly, LockState, OperationKind, OperationStatus, Role, policy_floor_problem
 
 REASON_MAX = 500  # Operation.reason's length
 
@@ -131,9 +131,14 @@ class OperationParamsForm(WordedForm):
     # destroy: deletes at once (planned), and the stack's name typed to confirm (POST only)
     concurrency = forms.IntegerField(required=False, min_value=1, max_value=64, label="Deletes at once")
     confirm_name = forms.CharField(required=False, max_length=1024, label="Type the stack's name to confirm")
-    # scrub: purge history (planned) and its own confirmation (POST only)
+    # scrub: purge history (planned) and its own confirmation (POST only); keep history (cdkd
+    # purges each rewritten record's history by default); consent to a predicted replacement;
+    # the stored assembly whose templates drive the rewrite
     purge_history = forms.BooleanField(required=False, label="Purge history")
     confirm_purge = forms.BooleanField(required=False)
+    keep_history = forms.BooleanField(required=False, label="Keep history")
+    allow_replacement = forms.BooleanField(required=False, label="Allow replacement")
+    assembly = forms.RegexField(regex=r"^[0-9a-f]{64}$", required=False, label="Assembly")
     plan_digest = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
     # Why (free text or a ticket reference): shown to approvers and kept in the audit.
     reason = forms.CharField(required=False, max_length=REASON_MAX, label="Reason")
@@ -151,6 +156,8 @@ class OperationParamsForm(WordedForm):
             self.add_error("resources", "Pick at least one resource to orphan.")
         if self.kind == OperationKind.RESTORE and not data.get("version_id"):
             self.add_error("version_id", "Name the version to restore.")
+        if self.kind == OperationKind.SCRUB:
+            clean_scrub(self, data)
         return data
 
     def clean_reason(self) -> str:
@@ -171,8 +178,28 @@ class OperationParamsForm(WordedForm):
         if self.kind == OperationKind.DESTROY:
             return {"concurrency": data["concurrency"]} if data.get("concurrency") else {}
         if self.kind == OperationKind.SCRUB:
-            return {"purge_history": bool(data.get("purge_history"))}
+            return scrub_params(data)
         return {}
+
+
+def scrub_params(data: dict[str, Any]) -> dict[str, Any]:
+    """A scrub's parameters: `purge_history` always, the others only when chosen."""
+    params: dict[str, Any] = {"purge_history": bool(data.get("purge_history"))}
+    if data.get("keep_history"):
+        params["keep_history"] = True
+    if data.get("allow_replacement"):
+        params["allow_replacement"] = True
+    if data.get("assembly"):
+        params["assembly_digest"] = data["assembly"]
+    return params
+
+
+def clean_scrub(form: forms.Form, data: dict[str, Any]) -> None:
+    if data.get("keep_history") and data.get("purge_history"):
+        form.add_error("keep_history", "Keep history and purge history contradict each other: choose one.")
+    digest = data.get("assembly")
+    if digest and not Assembly.objects.filter(digest=digest).exists():
+        form.add_error("assembly", f"No stored assembly {digest[:12]}: upload it on the deploy page first.")
 
 
 class ScanForm(forms.Form):

@@ -121,6 +121,14 @@ def compute_plan(account: Account, kind: str, stack_name: str, region: str | Non
     return spec_for(kind).plan(ctx)
 
 
+def consented(plan: Plan) -> list[dict] | None:
+    """The replacements a plan goes ahead with by explicit consent (a scrub's
+    allow_replacement), for the audit; None when it needs none."""
+    data = plan.data if isinstance(plan.data, dict) else {}
+    found = data.get("replacements") if data.get("allow_replacement") else None
+    return found if isinstance(found, list) and found else None
+
+
 def _enqueue(op: Operation) -> None:
     from cdkd_site.queues import get_queue
 
@@ -165,6 +173,9 @@ def request_operation(
     override = forced_override(plan.as_json(), params)
     if override:
         details["force"] = override
+    consent = consented(plan)
+    if consent:
+        details["allow_replacement"] = consent
     if rerun_of is not None:
         details["rerun_of"] = rerun_of.pk
         details["same_plan"] = same_plan
@@ -557,7 +568,9 @@ def run_direct(
             heartbeat_at=timezone.now(),
             attempts=1,
         )
-        audit.record("operation.requested", actor=actor, operation=op, etag_before=op.plan_etag)
+        consent = consented(plan)
+        details = {"allow_replacement": consent} if consent else None
+        audit.record("operation.requested", actor=actor, operation=op, etag_before=op.plan_etag, details=details)
     return _execute(op)
 
 

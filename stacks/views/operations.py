@@ -282,6 +282,8 @@ def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def _new_operation_context(stack: Stack, kind: str, form: OperationParamsForm, unreadable: bool) -> dict[str, Any]:
+    from stacks.views.secrets import scrub_assemblies  # it imports this module
+
     return {
         "stack": stack,
         "kind": kind,
@@ -292,6 +294,7 @@ def _new_operation_context(stack: Stack, kind: str, form: OperationParamsForm, u
         "leaves_aws_alone": kind in (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES),
         "is_destroy": kind == OperationKind.DESTROY,
         "is_scrub": kind == OperationKind.SCRUB,
+        "assemblies": scrub_assemblies(stack) if kind == OperationKind.SCRUB else [],
     }
 
 

@@ -26,7 +26,7 @@ from stacks import scans
 from stacks.access import accounts_for, get_account_or_404
 from stacks.audit import client_ip
 from stacks.forms import FindingFilterForm, ScanForm
-from stacks.models import Account, Role, ScanRun, SecretFinding, Stack, SyncStatus
+from stacks.models import Account, Assembly, Role, ScanRun, SecretFinding, Stack, SyncStatus
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.exports import csv_download, json_download
 from stacks.views.operations import refusal
@@ -39,6 +39,13 @@ SOURCE_FILTERS = {
     "property": Q(source__startswith="property ") | Q(source__contains="; property "),
 }
 EXPORT_FIELDS = ["account", "stackName", "region", "key", "versionId", "path", "source", "whole"]
+
+
+def scrub_assemblies(stack: Stack, limit: int = 20) -> list[Assembly]:
+    """The stored assemblies a scrub of `stack` can be driven by: those planned on its
+    account that hold a stack of that name, newest first."""
+    rows = Assembly.objects.filter(plans__account=stack.account).distinct().order_by("-created_at", "-id")[:200]
+    return [a for a in rows if stack.stack_name in (a.stack_names or [])][:limit]
 
 
 def visible_findings(user) -> QuerySet[SecretFinding]:

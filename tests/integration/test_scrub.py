@@ -283,7 +283,12 @@ def test_it_scrubs_the_current_record_to_exact_bytes_and_patches_the_index(aws, 
     arns = world["arns"]
     bucket = bucket_of(aws)
     spec = spec_for("scrub")
-    ctx, lines = context(bucket)
+    # MasterUsername is create-only on an RDS instance: rewritten, cdkd's next diff replaces it.
+    with pytest.raises(
+        OperationRefused, match=r"REPLACE 1 resource\(s\).*App: Db \(AWS::RDS::DBInstance: MasterUsername\)"
+    ):
+        spec.plan(context(bucket)[0])
+    ctx, lines = context(bucket, allow_replacement=True, keep_history=True)
     plan = spec.plan(ctx)
     assert plan.etag == aws.etag(A1, BUCKET1, STATE)
     assert f"{STATE}: resources.Db.properties.MasterUserPassword -> {ref(arns['db'], 'password')}" in "\n".join(
@@ -301,7 +306,7 @@ def test_it_scrubs_the_current_record_to_exact_bytes_and_patches_the_index(aws, 
     db["properties"]["MasterUserPassword"] = ref(arns["db"], "password")
     db["observedProperties"]["MasterUserPassword"] = ref(arns["db"], "password")
     variables = fn["properties"]["Environment"]["Variables"]
-    variables.update(DB_URL="***", TOKEN=ref(arns["token"]), API="{{resolve:ssm-secure:/prod/api-key}}")
+    variables.update(DB_URL="***", TOKEN=ref(arns["token"]), API="{{resolve:ssm:/prod/api-key}}")
     key["attributes"]["SecretAccessKey"] = "***"
     expected["outputs"] = {"DbPassword": ref(arns["db"], "password"), "ConnString": "***", "Plain": "hello"}
     expected["orphans"][0]["state"]["properties"]["MasterUserPassword"] = ref(arns["db"], "password")
@@ -329,7 +334,7 @@ def test_it_scrubs_the_current_record_to_exact_bytes_and_patches_the_index(aws, 
 def test_it_purges_the_history_of_every_key_that_held_a_finding(aws, world) -> None:
     bucket = bucket_of(aws)
     spec = spec_for("scrub")
-    ctx, lines = context(bucket, purge_history=True)
+    ctx, lines = context(bucket, purge_history=True, allow_replacement=True)
     plan = spec.plan(ctx)
     assert plan.data["purge"] == sorted([CR, STATE, JOURNAL, EVENTS, INDEX])
     outcome = spec.execute(ctx, plan)
@@ -353,7 +358,7 @@ def test_it_purges_the_history_of_every_key_that_held_a_finding(aws, world) -> N
 def test_it_reports_a_denied_purge_per_key_and_fails_nothing_else(aws, world) -> None:
     bucket = bucket_of(aws)
     spec = spec_for("scrub")
-    ctx, _ = context(bucket, purge_history=True)
+    ctx, _ = context(bucket, purge_history=True, allow_replacement=True)
     plan = spec.plan(ctx)
     aws.proxy.deny_operation("DeleteObjects")
     outcome = spec.execute(ctx, plan)
@@ -372,7 +377,7 @@ def test_it_reports_a_denied_purge_per_key_and_fails_nothing_else(aws, world) ->
 def test_it_reports_a_denied_listing_per_key(aws, world) -> None:
     bucket = bucket_of(aws)
     spec = spec_for("scrub")
-    ctx, _ = context(bucket, purge_history=True)
+    ctx, _ = context(bucket, purge_history=True, allow_replacement=True)
     plan = spec.plan(ctx)
     aws.proxy.deny_operation("ListObjectVersions")
     outcome = spec.execute(ctx, plan)
@@ -401,7 +406,7 @@ def test_it_names_replication_destinations_that_keep_copies(aws, world) -> None:
         },
     )
     spec = spec_for("scrub")
-    ctx, _ = context(bucket_of(aws), purge_history=True)
+    ctx, _ = context(bucket_of(aws), purge_history=True, allow_replacement=True)
     outcome = spec.execute(ctx, spec.plan(ctx))
 
     assert outcome.details["replication"] == ["cdkd-state-replica"]
@@ -415,7 +420,7 @@ def test_it_reports_an_object_lock_bucket_as_not_purgeable(aws, world) -> None:
     aws.put(A1, locked, STATE, app_record())
     aws.put(A1, locked, STATE, cdkd_json(app_record()))
     spec = spec_for("scrub")
-    ctx, _ = context(bucket_of(aws, A1, locked), purge_history=True)
+    ctx, _ = context(bucket_of(aws, A1, locked), purge_history=True, allow_replacement=True)
     plan = spec.plan(ctx)
     outcome = spec.execute(ctx, plan)
 
@@ -433,7 +438,7 @@ def test_it_refuses_malformed_and_newer_records_and_stale_plans(aws, world) -> N
         spec.plan(context(bucket_of(aws), "Bad")[0])
     with pytest.raises(OperationRefused, match=r"cdkd/New/us-east-1/state.json has schema version 12"):
         spec.plan(context(bucket_of(aws), "New")[0])
-    ctx, _ = context(bucket_of(aws))
+    ctx, _ = context(bucket_of(aws), allow_replacement=True)
     plan = spec.plan(ctx)
     aws.put(A1, BUCKET1, STATE, cdkd_json(app_record(lastModified=2)))
     with pytest.raises(StalePlan):
@@ -442,7 +447,7 @@ def test_it_refuses_malformed_and_newer_records_and_stale_plans(aws, world) -> N
 
 def test_it_refuses_when_the_secrets_changed_since_the_plan(aws, world) -> None:
     spec = spec_for("scrub")
-    ctx, _ = context(bucket_of(aws))
+    ctx, _ = context(bucket_of(aws), allow_replacement=True)
     plan = spec.plan(ctx)
     aws_client(aws, A1, "secretsmanager").delete_secret(SecretId="prod/token", ForceDeleteWithoutRecovery=True)
     with pytest.raises(OperationRefused, match="differs from the plan"):
@@ -487,7 +492,9 @@ def test_it_prints_findings_and_scrubs_through_the_cli(aws, world) -> None:
     # A journal whose CURRENT version holds a secret is left (scrub never rewrites it): non-zero.
     aws.put(A1, BUCKET1, JOURNAL, {"journalVersion": 1, "segments": [{"attemptedProperties": {"Password": PW}}]})
     with pytest.raises(CommandError) as raised:
-        cdkd("scrub", "App", "--account", A1, "--stack-region", REGION, "--yes", "--purge-history")
+        cdkd(
+            "scrub", "App", "--account", A1, "--stack-region", REGION, "--yes", "--purge-history", "--allow-replacement"
+        )
     assert raised.value.returncode == 2
     op = Operation.objects.get(kind="scrub")
     assert op.status == "partial" and op.via == "cli"

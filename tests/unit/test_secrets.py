@@ -79,7 +79,7 @@ def test_it_matches_whole_and_embedded_values_and_skips_masks_and_references(ind
 
 def test_it_never_decodes_a_body_without_candidates(index: SecretIndex, monkeypatch) -> None:
     calls = []
-    monkeypatch.setattr(scrub, "_decode_json", lambda text: calls.append(text) or (True, {}))
+    monkeypatch.setattr(scrub.scanner, "_decode_json", lambda text: calls.append(text) or (True, {}))
     assert scrub.scan_document(index, b'{"a": "plain", "b": [1, 2]}') == []
     assert calls == []
 
@@ -266,7 +266,7 @@ def test_it_purges_noncurrent_versions_only_and_reads_per_key_errors(monkeypatch
             {"Key": "a/state.json", "VersionId": "a1", "Code": "NoSuchVersion", "Message": "gone"},
         ]
     )
-    monkeypatch.setattr(scrub, "_s3", lambda b: fake)
+    monkeypatch.setattr(scrub.history, "_s3", lambda b: fake)
     report = scrub.purge_noncurrent(bucket, ["a/state.json", "b/state.json", "c/journal.json", "d/exports.json"])  # type: ignore[arg-type]
     deleted_ids = sorted(o["VersionId"] for call in fake.calls for o in call)
     assert deleted_ids == ["a1", "a2", "b1", "c1"]  # never a3, b2 or the current marker cm
@@ -287,7 +287,7 @@ def test_it_batches_deletes_by_1000_and_names_five_keys_then_counts(monkeypatch)
     keys = [f"k{i:02d}" for i in range(8)]
     bucket = FakeBucket({k: [version(k, "cur", True)] + [version(k, f"v{j}", False) for j in range(300)] for k in keys})
     fake = FakeS3(deny=True)
-    monkeypatch.setattr(scrub, "_s3", lambda b: fake)
+    monkeypatch.setattr(scrub.history, "_s3", lambda b: fake)
     report = scrub.purge_noncurrent(bucket, keys)  # type: ignore[arg-type]
     assert [len(c) for c in fake.calls] == [1000, 1000, 400]
     assert sorted(report.failures) == keys

@@ -141,7 +141,23 @@ class Command(BaseCommand):
         scrub_mode = scrub.add_mutually_exclusive_group()
         scrub_mode.add_argument("--dry-run", action="store_true", help="scan and print findings only (the default)")
         scrub_mode.add_argument("--yes", action="store_true", help="scrub the named stacks (audited operations)")
-        scrub.add_argument("--purge-history", action="store_true", help="also delete noncurrent versions")
+        scrub.add_argument("--app", help="a synthesized cdk.out (or a zip of one): rewrite as its templates say")
+        scrub_history = scrub.add_mutually_exclusive_group()
+        scrub_history.add_argument(
+            "--keep-history",
+            action="store_true",
+            help="keep the noncurrent versions of each rewritten record (by default they are purged, as cdkd does)",
+        )
+        scrub_history.add_argument(
+            "--purge-history",
+            action="store_true",
+            help="also purge the noncurrent versions of every other key that held a secret",
+        )
+        scrub.add_argument(
+            "--allow-replacement",
+            action="store_true",
+            help="go ahead when cdkd's next diff would replace a resource because of the rewrite",
+        )
         scrub.add_argument("--json", action="store_true")
 
         evs = sub.add_parser("events", help="a stack's runs, or one run's events, read from the bucket")
@@ -577,8 +593,9 @@ class Command(BaseCommand):
         from engine.scrub import scan
         from stacks.records import open_bucket
 
-        if o["purge_history"]:
-            raise CommandError("--purge-history needs --yes (a scan changes nothing)")
+        for flag in ("purge_history", "keep_history", "allow_replacement", "app"):
+            if o[flag]:
+                raise CommandError(f"--{flag.replace('_', '-')} needs --yes (a scan changes nothing)")
         bucket = open_bucket(account, cli_actor())
         result = scan(bucket, KeyLayout(account.prefix), stacks=o["stacks"] or None, region=o["stack_region"])
         for warning in result.warnings:
@@ -600,7 +617,15 @@ class Command(BaseCommand):
         from stacks.operations import compute_plan, run_direct
 
         actor = audit_actor()
-        params = {"purge_history": bool(o["purge_history"])}
+        params: dict[str, Any] = {
+            "purge_history": bool(o["purge_history"]),
+            "keep_history": bool(o["keep_history"]),
+            "allow_replacement": bool(o["allow_replacement"]),
+        }
+        if o["app"]:
+            import os
+
+            params["app"] = os.path.abspath(o["app"])  # the operation records where its templates came from
         rows: list[dict[str, Any]] = []
         for stack in dict.fromkeys(o["stacks"]):
             row: dict[str, Any] = {"stackName": stack, "region": o["stack_region"], "operation": None}
