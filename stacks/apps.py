@@ -10,5 +10,5 @@ class StacksConfig(AppConfig):
     def ready(self) -> None:
         from stacks import (
             checks,  # noqa: F401  (registers the system checks)
-            deploycli,  # noqa: F401  (registers the deploy spec's assembly loader)
+            deploycli,  # noqa: F401  (registers the assembly loader deploy and scrub read stored assemblies with)
         )

@@ -28,9 +28,6 @@ from stacks.records import open_bucket
 
 logger = logging.getLogger(__name__)
 
-# A scrub driven by a stored assembly reads it through the loader the deploy side registers.
-import stacks.deploycli  # noqa: E402, F401
-
 QUEUE = "sync"  # read-only background work, beside the mirror's syncs
 BATCH = 1000
 MAX_WARNINGS = 200
