@@ -16,7 +16,7 @@ from engine.errors import EngineError
 from engine.schema import parse_state
 from stacks.models import AuditEvent, DeploymentRun, Operation, Stack
 from stacks.records import open_bucket
-from stacks.secretmask import masked_body
+from stacks.secretmask import flagged_paths_of, mask_bytes
 
 
 def _bucket(stack: Stack, actor: str) -> StateBucket:
@@ -74,17 +74,18 @@ def _etag_variants(etags: list[str]) -> list[str]:
 
 def describe_versions(stack: Stack, versions: list[VersionInfo], *, actor: str) -> list[VersionRow]:
     """Read each listed version's body (masked before parsing) and find who wrote it.
-    Costs one GET per version given (the caller passes a page) and three queries."""
+    Costs one GET per version given (the caller passes a page) and four queries."""
     rows = [VersionRow(v) for v in versions]
     readable = [r for r in rows if not r.info.delete_marker]
     # Sequential: boto3 clients are not made concurrently from one session; a page is small.
     bodies = [_read(stack, r.info.version_id, actor) for r in readable]
+    flagged = flagged_paths_of(stack, [r.info.version_id for r in readable])  # one query for the page
     for row, (body, error) in zip(readable, bodies, strict=True):
         if error:
             row.error = error
             continue
         key_region = None if stack.legacy else stack.region
-        parsed = parse_state(masked_body(stack, body, row.info.version_id), key_region=key_region)
+        parsed = parse_state(mask_bytes(body, flagged[row.info.version_id]), key_region=key_region)
         data = parsed.data if isinstance(parsed.data, dict) else {}
         lm = data.get("lastModified")
         row.record_last_modified = lm if isinstance(lm, int) and not isinstance(lm, bool) else None

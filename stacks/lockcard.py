@@ -32,7 +32,8 @@ class Evidence:
     last_event_ms: int | None = None  # the newest event of that run
     last_event_type: str = ""
     record_written_ms: int | None = None  # newest of the record's lastModified and S3's
-    journal: bool | None = None  # None: the mirror does not know
+    journal: bool | None = None  # None: the mirror does not know (not synced since it records journals)
+    journal_modified_ms: int | None = None  # the leftover journal's S3 LastModified
 
 
 @dataclass
@@ -56,6 +57,34 @@ def time_left(e: Evidence) -> str:
         return "no deadline (cdkd counts it as expired)"
     left = e.expires_at_ms - e.now_ms
     return humanize_ms(left) + " left" if left > 0 else f"expired {humanize_ms(-left)} ago"
+
+
+def _journal(e: Evidence, taken: int | None) -> tuple[int, str]:
+    """What a leftover rollback journal says of the holder: +1 alive, -1 abandoned, 0 nothing.
+    cdkd writes the journal when a deploy fails or is interrupted, and before an automatic
+    rollback; the run that wrote it deletes it (a success) or settles it, then unlocks."""
+    if e.journal is None:
+        return 0, "Rollback journal: unknown (the stack has not been synced since the mirror records journals)."
+    if not e.journal:
+        return 0, "No rollback journal is left over."
+    modified = e.journal_modified_ms
+    if modified is None or taken is None:
+        return -1, "A rollback journal is left over: a deploy failed or was interrupted; a rollback replays it."
+    if modified < taken:
+        return 0, (
+            f"A rollback journal from {humanize_ms(taken - modified)} before this lock is left over from an earlier "
+            f"deploy; it says nothing of this holder."
+        )
+    since = e.now_ms - modified
+    if since <= QUIET_MS:
+        return 1, (
+            f"The holder wrote a rollback journal {humanize_ms(since)} ago: its deploy failed or was interrupted, "
+            f"and it may be rolling back now."
+        )
+    return -1, (
+        f"A rollback journal was written under this lock {humanize_ms(since)} ago and left: the holder's deploy "
+        f"failed or was interrupted and did not finish; a rollback replays it once the lock is gone."
+    )
 
 
 def judge(e: Evidence) -> Verdict:
@@ -103,13 +132,12 @@ def judge(e: Evidence) -> Verdict:
     elif taken is None:
         reasons.append("The lock gives no timestamp, so writes cannot be set against it.")
 
-    if e.journal is None:
-        reasons.append("Rollback journal: unknown (the mirror does not sync rollback-journal.json).")
-    elif e.journal:
+    weight, reason = _journal(e, taken)
+    if weight > 0:
+        alive += 1
+    elif weight < 0:
         abandoned += 1
-        reasons.append("A rollback journal is left over: a run failed mid-rollback; `cdkd rollback` settles it.")
-    else:
-        reasons.append("No rollback journal is left over.")
+    reasons.append(reason)
 
     if alive and alive >= abandoned:
         verdict = ALIVE

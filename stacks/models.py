@@ -167,6 +167,16 @@ class Stack(models.Model):
     )
     synced_at = models.DateTimeField()
 
+    # The rollback-journal.json beside the record, as the sync's listing saw it (never its
+    # body: it holds resolved properties). journal_key None: not known yet (no sync since
+    # these fields exist); "": none. journal_modified is set exactly when a journal is.
+    journal_key = models.CharField(max_length=1024, null=True, blank=True)  # noqa: DJ001 (None = not known yet)
+    journal_etag = models.CharField(max_length=128, blank=True)
+    journal_size = models.BigIntegerField(null=True, blank=True)
+    journal_modified = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="S3 LastModified of a leftover rollback journal"
+    )
+
     class Meta:
         ordering = ["stack_name", "region"]
         constraints = [models.UniqueConstraint(fields=["account", "key"], name="one_stack_per_key")]

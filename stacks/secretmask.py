@@ -68,13 +68,27 @@ def may_reveal(user: Any, account: Any) -> bool:
 def flagged_paths(stack: Stack, version_id: str | None) -> list[list[Any]]:
     """Paths flagged in the stack's record key: the current version (`None`, or the id the
     mirror holds) or one earlier version."""
-    versions: list[str | None] = [version_id]
-    if version_id is None or version_id == stack.version_id:
-        versions = [None, stack.version_id or None]
+    return flagged_paths_of(stack, [version_id])[version_id]
+
+
+def flagged_paths_of(stack: Stack, version_ids: list[str | None]) -> dict[str | None, list[list[Any]]]:
+    """`flagged_paths` of several versions of the record, in one query (a history page)."""
+    if not version_ids:
+        return {}
+    wanted: dict[str | None, list[str | None]] = {}
+    for version_id in version_ids:
+        wanted[version_id] = [version_id]
+        if version_id is None or version_id == stack.version_id:
+            wanted[version_id] = [None, stack.version_id or None]
+    every = {v for vs in wanted.values() for v in vs}
     query = SecretFinding.objects.filter(account_id=stack.account_id, key=stack.key)
-    current = query.filter(version_id__isnull=True) if None in versions else query.none()
-    named = query.filter(version_id__in=[v for v in versions if v])
-    return [path for path in (current | named).values_list("path", flat=True) if isinstance(path, list)]
+    current = query.filter(version_id__isnull=True) if None in every else query.none()
+    named = query.filter(version_id__in=[v for v in every if v])
+    found: dict[str | None, list[list[Any]]] = {}
+    for version, path in (current | named).values_list("version_id", "path"):
+        if isinstance(path, list):
+            found.setdefault(version, []).append(path)
+    return {v: [p for w in dict.fromkeys(vs) for p in found.get(w, [])] for v, vs in wanted.items()}
 
 
 def _mask_path(document: Any, path: list[Any]) -> bool:

@@ -4,7 +4,9 @@ One sync of an account: list the prefix (paginated), compare each key's ETag wit
 stored, GET only the new or changed records, locks, event indexes and streams (concurrently, with a
 bound), and apply the difference: create, update, delete. The `deployments/` event store
 (every run's `{runId}.jsonl` and every `index.json`) is mirrored the same way, by
-`stacks.eventsync`. A sync that finds nothing changed issues no GET. S3 calls happen
+`stacks.eventsync`. Each record's rollback journal is mirrored from the listing alone
+(its key, ETag, size and LastModified; never its body). A sync that finds nothing changed
+issues no GET. S3 calls happen
 outside database transactions; only the main thread of each account writes to the database.
 """
 
@@ -90,6 +92,8 @@ class Listing:
     locks: dict[str, ObjectInfo] = field(default_factory=dict)
     event_indexes: dict[str, ObjectInfo] = field(default_factory=dict)
     event_streams: dict[str, ObjectInfo] = field(default_factory=dict)
+    # rollback-journal.json by the state.json key of the record it sits beside
+    journals: dict[str, ObjectInfo] = field(default_factory=dict)
 
 
 def list_bucket(bucket: StateBucket, layout: KeyLayout) -> Listing:
@@ -106,7 +110,38 @@ def list_bucket(bucket: StateBucket, layout: KeyLayout) -> Listing:
             listing.event_indexes[info.key] = info
         elif parsed.kind == KeyKind.EVENT_STREAM:
             listing.event_streams[info.key] = info
+        elif parsed.kind == KeyKind.ROLLBACK_JOURNAL:
+            listing.journals[layout.state_key(parsed.stack_name, parsed.region)] = info
     return listing
+
+
+JOURNAL_FIELDS = ["journal_key", "journal_etag", "journal_size", "journal_modified"]
+
+
+def journal_fields(info: ObjectInfo | None) -> dict:
+    """The Stack's journal columns for the journal listed beside it (None: there is none).
+    A legacy record has no journal key of its own: cdkd's journal is region-scoped."""
+    if info is None:
+        return {"journal_key": "", "journal_etag": "", "journal_size": None, "journal_modified": None}
+    return {
+        "journal_key": _text(info.key, 1024),
+        "journal_etag": _text(info.etag, 128),
+        "journal_size": min(max(info.size or 0, 0), columns.BIGINT_MAX),
+        "journal_modified": info.last_modified,
+    }
+
+
+def _journal_changes(account: Account, listing: Listing, stored: dict, written: set[str]) -> list[Stack]:
+    """The rows whose journal columns differ from the listing, among the records this sync
+    did not write (a written row got its journal columns with the rest)."""
+    changed = []
+    for key, (pk, _etag, *have) in stored.items():
+        if key in written or key not in listing.states:
+            continue
+        want = journal_fields(listing.journals.get(key))
+        if have != [want[f] for f in JOURNAL_FIELDS]:
+            changed.append(Stack(pk=pk, **want))
+    return changed
 
 
 def _fetch_all(
@@ -273,9 +308,9 @@ def _write_stacks(account: Account, batch: list[tuple[Stack, list[Resource]]], s
         Resource.objects.bulk_create(rows, batch_size=2000)
 
 
-def _stack(account: Account, key: str, fields: dict, stored: dict) -> Stack:
+def _stack(account: Account, key: str, fields: dict, stored: dict, journals: dict[str, ObjectInfo]) -> Stack:
     pk = stored[key][0] if key in stored else None
-    return Stack(pk=pk, account=account, key=key, **fields)
+    return Stack(pk=pk, account=account, key=key, **fields, **journal_fields(journals.get(key)))
 
 
 def _apply_states(
@@ -285,6 +320,7 @@ def _apply_states(
     stored: dict,
     now,
     *,
+    journals: dict[str, ObjectInfo],
     stubs: dict | None = None,
 ) -> list[str]:
     """Create or update the Stack rows (and their resources) of the fetched records, a
@@ -299,9 +335,9 @@ def _apply_states(
         except Exception as exc:  # noqa: BLE001 - a parsing bug must cost one record only
             logger.exception("record %s could not be read for the mirror", key)
             fields, resources = _stub_fields(layout, key, obj, not_mirrored_defect(key, exc), now, etag=""), []
-        prepared.append((_stack(account, key, fields, stored), resources))
+        prepared.append((_stack(account, key, fields, stored, journals), resources))
     for key, fields in (stubs or {}).items():
-        prepared.append((_stack(account, key, fields, stored), []))
+        prepared.append((_stack(account, key, fields, stored, journals), []))
 
     lost: list[str] = []
     for start in range(0, len(prepared), BATCH):
@@ -325,7 +361,7 @@ def _apply_states(
                     layout, stack.key, stack_info(stack), not_mirrored_defect(stack.key, exc), now, etag=""
                 )
                 try:
-                    _write_stacks(account, [(_stack(account, stack.key, fields, stored), [])], stored)
+                    _write_stacks(account, [(_stack(account, stack.key, fields, stored, journals), [])], stored)
                 except Exception:  # noqa: BLE001
                     logger.exception("not even a stub of %s could be stored", stack.key)
                     lost.append(stack.key)
@@ -554,8 +590,10 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     result.bucket = bucket.name
     resolved = bucket.resolved
 
+    # (pk, etag, *journal columns) by key; [0] and [1] are what every kind of row stores.
     stored_states = {
-        k: (pk, etag) for pk, k, etag in Stack.objects.filter(account=account).values_list("pk", "key", "etag")
+        row[1]: (row[0], row[2], *row[3:])
+        for row in Stack.objects.filter(account=account).values_list("pk", "key", "etag", *JOURNAL_FIELDS)
     }
     stored_locks = {
         k: (pk, etag) for pk, k, etag in Lock.objects.filter(account=account).values_list("pk", "key", "etag")
@@ -596,7 +634,7 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     result.errors.extend(f"{key}: {message}" for key, message in sorted(errors.items()))
 
     state_objs = {k: objects[k] for k in state_keys if k in objects}
-    lost = _apply_states(account, layout, state_objs, stored_states, now, stubs=stubs)
+    lost = _apply_states(account, layout, state_objs, stored_states, now, journals=listing.journals, stubs=stubs)
     result.errors.extend(f"{key}: could not be stored in the mirror" for key in lost)
     result.fetched = len(state_objs) + len(stubs)
 
@@ -605,6 +643,10 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
         for start in range(0, len(gone_states), BATCH):
             Stack.objects.filter(account=account, key__in=gone_states[start : start + BATCH]).delete()
     result.removed = len(gone_states)
+    # A journal appears or goes (a failed deploy, a rollback) while its record stays the same.
+    journal_rows = _journal_changes(account, listing, stored_states, set(state_objs) | set(stubs))
+    if journal_rows:
+        Stack.objects.bulk_update(journal_rows, JOURNAL_FIELDS, batch_size=BATCH)
     if state_objs or stubs or gone_states or relink:
         _link_parents(account)
 

@@ -71,7 +71,7 @@ def parse_stack(stack: Stack) -> ParsedRecord:
     )
 
 
-def _load(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> Stack:
+def load_stack(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> Stack:
     stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
     stack.account  # noqa: B018 - one query now rather than one per use below
     return stack
@@ -88,29 +88,47 @@ TABS = [
 RUNS_SHOWN = 20
 
 
-@require_GET
-def stack_detail(
-    request: AuthedRequest, account_id: str, region_slug: str, stack_name: str, tab: str = "overview"
-) -> HttpResponse:
-    """The stack page, one tab at a time: each tab has its own URL (a full page without
-    JavaScript) and answers htmx with just the tab (`#stack-tab`) or, for the resource
-    filter and pages, just the table (`#resources`). Only the tab's own data is read."""
-    stack = _load(request, account_id, region_slug, stack_name)
+def tab_context(request: AuthedRequest, stack: Stack, tab: str) -> tuple[dict, Lock | None]:
+    """What every tab of the stack page needs (the tab bar, the lock, the parsed record),
+    and the stack's Lock row."""
     args = [stack.account.account_id, stack.region_slug, stack.stack_name]
-    if tab == "overview" and ("page" in request.GET or "q" in request.GET):
-        # A link from before the tabs (`?page=3#res-X`, `?q=`): the resources are a tab now.
-        return redirect(reverse("stack_resources", args=args) + "?" + request.GET.urlencode())
-    parsed = parse_stack(stack)
     lock_row = Lock.objects.filter(stack=stack).first()
     context = {
         "stack": stack,
-        "parsed": parsed,
+        "parsed": parse_stack(stack),
         "tab": tab,
         "tabs": [{"key": k, "label": label, "url": reverse(name, args=args)} for k, label, name in TABS],
         "tab_url": reverse(dict((k, n) for k, _l, n in TABS)[tab], args=args),
         "lock": present.lock_view(lock_row, now_ms()),
         "can_operate": has_role(request.user, stack.account, Role.OPERATOR),
     }
+    return context, lock_row
+
+
+def render_tab(request: AuthedRequest, stack: Stack, context: dict, status: int = 200) -> HttpResponse:
+    """Just the tab (`#stack-tab`, the `tab` partial and its tab's own partial) for htmx;
+    the whole stack page around it otherwise (a direct load, a link without JavaScript)."""
+    if is_partial(request) and request.htmx.target == "stack-tab":
+        return render(request, "stacks/stack.html#tab", context, status)
+    context.update(warnings=stack_warnings(stack, context["parsed"]), secrets=secret_counts(stack))
+    return render(request, "stacks/stack.html", context, status)
+
+
+@require_GET
+def stack_detail(
+    request: AuthedRequest, account_id: str, region_slug: str, stack_name: str, tab: str = "overview"
+) -> HttpResponse:
+    """The stack page, one tab at a time: each tab has its own URL (a full page without
+    JavaScript) and answers htmx with just the tab (`#stack-tab`) or, for the resource
+    filter and pages, just the table (`#resources`). Only the tab's own data is read.
+    History is `stacks.views.history.stack_history`, on the same frame."""
+    stack = load_stack(request, account_id, region_slug, stack_name)
+    if tab == "overview" and ("page" in request.GET or "q" in request.GET):
+        # A link from before the tabs (`?page=3#res-X`, `?q=`): the resources are a tab now.
+        args = [stack.account.account_id, stack.region_slug, stack.stack_name]
+        return redirect(reverse("stack_resources", args=args) + "?" + request.GET.urlencode())
+    context, lock_row = tab_context(request, stack, tab)
+    parsed = context["parsed"]
     if tab == "resources":
         form = ResourceFilterForm(request.GET)
         query = form.cleaned_data.get("q", "") if form.is_valid() else ""
@@ -152,11 +170,9 @@ def stack_detail(
             children=stack.children.select_related("account").order_by("stack_name", "region"),
             last_run=runs[0] if runs else None,
             lock_card=_lock_card(stack, lock_row, runs[0] if runs else None),
+            journal=present.journal_notice(stack, context["lock"], now_ms()),
         )
-    if is_partial(request) and request.htmx.target == "stack-tab":
-        return render(request, "stacks/stack.html#tab", context)
-    context.update(warnings=stack_warnings(stack, parsed), secrets=secret_counts(stack))
-    return render(request, "stacks/stack.html", context)
+    return render_tab(request, stack, context)
 
 
 def _ms(value) -> int | None:
@@ -165,7 +181,7 @@ def _ms(value) -> int | None:
 
 def _lock_card(stack: Stack, lock: Lock | None, run) -> lockcard.Verdict | None:
     """The evidence before a force-unlock, from the mirror only (one query, for the run's
-    newest event; no bucket read). The mirror does not sync rollback journals: unknown."""
+    newest event; no bucket read; the journal as the last sync listed it)."""
     if lock is None:
         return None
     event = run.events.order_by("-seq").only("seq", "timestamp", "event_type").first() if run else None
@@ -182,7 +198,8 @@ def _lock_card(stack: Stack, lock: Lock | None, run) -> lockcard.Verdict | None:
         last_event_ms=_ms(event.timestamp) if event else None,
         last_event_type=event.event_type if event else "",
         record_written_ms=max(written) if written else None,
-        journal=None,
+        journal=None if stack.journal_key is None else bool(stack.journal_key),
+        journal_modified_ms=_ms(stack.journal_modified),
     )
     card = lockcard.judge(evidence)
     card.event = event
@@ -214,7 +231,7 @@ def stack_resource(
 ) -> HttpResponse:
     """One resource's properties, observed properties, attributes and other fields; the
     fragment the stack page lazy-loads, or a page of its own without JavaScript."""
-    stack = _load(request, account_id, region_slug, stack_name)
+    stack = load_stack(request, account_id, region_slug, stack_name)
     parsed = parse_stack(stack)
     rows = dict(parsed.resource_rows())
     if logical_id not in rows:
@@ -234,7 +251,7 @@ def stack_json(request: AuthedRequest, account_id: str, region_slug: str, stack_
     """The stored record, pretty-printed when it is JSON. A record over JSON_INLINE_BYTES is
     shown as its first bytes as stored (cdkd writes indented JSON), never parsed and
     re-printed whole, with the download offered for the rest."""
-    stack = _load(request, account_id, region_slug, stack_name)
+    stack = load_stack(request, account_id, region_slug, stack_name)
     body = bytes(stack.body)
     truncated = len(body) > JSON_INLINE_BYTES
     warnings = []
@@ -276,7 +293,7 @@ def _attachment(stack: Stack, body: bytes, suffix: str = "") -> HttpResponse:
 def stack_download(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
     """The record as every page shows it: masked (detectors and scan findings). The same
     bytes as stored, with the stored ETag, when nothing in it is masked."""
-    stack = _load(request, account_id, region_slug, stack_name)
+    stack = load_stack(request, account_id, region_slug, stack_name)
     stored = bytes(stack.body)
     body = masked_body(stack, stored)
     response = _attachment(stack, body)
@@ -290,7 +307,7 @@ def stack_download(request: AuthedRequest, account_id: str, region_slug: str, st
 def stack_reveal(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
     """The stored bytes verbatim (the current record, or the version named by
     `version_id`), for a person with the account's reveal right; audited first."""
-    stack = _load(request, account_id, region_slug, stack_name)
+    stack = load_stack(request, account_id, region_slug, stack_name)
     if not may_reveal(request.user, stack.account):
         context = {"title": "Not revealed", "status": 403}
         context["message"] = f"Only people with the reveal right on {stack.account} can download the stored bytes."

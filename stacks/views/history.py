@@ -9,22 +9,31 @@ verbatim bytes of a version come only through the audited Reveal action.
 from __future__ import annotations
 
 import json
+import logging
 
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from engine.errors import EngineError
+from engine.errors import EngineError, NotFound
 from engine.schema import parse_state
 from stacks import diff, history
-from stacks.access import get_stack_or_404, has_role
+from stacks.access import get_stack_or_404
 from stacks.forms import DiffForm
-from stacks.models import Role
 from stacks.secretmask import masked_body, may_reveal
 from stacks.views import present
-from stacks.views.common import AuthedRequest, actor, engine_error
-from stacks.views.detail import _attachment, parse_stack, render  # render: a lone surrogate is escaped, not a 500
+from stacks.views.common import AuthedRequest, actor, engine_error, is_partial
+from stacks.views.detail import (  # render: a lone surrogate is escaped, not a 500
+    _attachment,
+    load_stack,
+    parse_stack,
+    render,
+    render_tab,
+    tab_context,
+)
+
+logger = logging.getLogger(__name__)
 
 CURRENT = "current"
 VERSIONS_PER_PAGE = 20
@@ -33,24 +42,25 @@ VERSIONS_PER_PAGE = 20
 @never_cache
 @require_GET
 def stack_history(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
-    stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
+    """The stack page's History tab: a tab like the others (its own URL, a full page without
+    JavaScript, just the tab for htmx), listing the record's S3 versions a page at a time."""
+    stack = load_stack(request, account_id, region_slug, stack_name)
+    context, _lock = tab_context(request, stack, "history")
     try:
         versions = history.list_versions(stack, actor=actor(request))
     except EngineError as exc:
-        return engine_error(request, stack, exc, doing="Listing the record's versions")
+        status = 404 if isinstance(exc, NotFound) else 502
+        logger.info("listing the versions of %s in %s failed: %s", stack.key, stack.account.account_id, exc)
+        context.update(history_error=str(exc), history_error_kind=type(exc).__name__)
+        # htmx swaps only a 2xx answer: the tab itself says what failed; its URL answers the status.
+        return render_tab(request, stack, context, 200 if is_partial(request) else status)
     readable = [v for v in versions if not v.delete_marker]
     form = DiffForm(initial={"a": readable[1].version_id if len(readable) > 1 else "", "b": CURRENT})
     # Each version on the page is read (one GET each) for what its body says: a page at a time.
     page = Paginator(versions, VERSIONS_PER_PAGE).get_page(request.GET.get("page"))
     rows = history.describe_versions(stack, list(page.object_list), actor=actor(request))
-    context = {
-        "stack": stack,
-        "versions": rows,
-        "page": page,
-        "form": form,
-        "can_operate": has_role(request.user, stack.account, Role.OPERATOR),
-    }
-    return render(request, "stacks/history.html", context)
+    context.update(versions=rows, page=page, form=form)
+    return render_tab(request, stack, context)
 
 
 @never_cache

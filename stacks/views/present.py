@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.utils.translation import ngettext
 
+from engine.keys import DEFAULT_PREFIX
 from engine.schema import ParsedRecord
+from stacks.lockcard import humanize_ms
 from stacks.models import Lock, LockState, Stack
 
 RESOURCES_PER_PAGE = 200
@@ -230,3 +234,67 @@ def lock_view(lock: Lock | None, at_ms: int) -> LockView | None:
 
 def count_label(n: int, singular: str, plural: str) -> str:
     return f"{n} {ngettext(singular, plural, n)}"
+
+
+@dataclass
+class JournalNotice:
+    """A leftover rollback journal, as the Overview tab tells it: when it was written, the
+    command that settles it, and why that cannot run now ("" when it can)."""
+
+    key: str
+    size: int | None
+    modified: datetime | None
+    age: str
+    command: str  # this app's, recorded as an Operation
+    cdkd_command: str  # the cdkd CLI's
+    why_not: str
+
+
+def _arg(value: str, hole: str) -> str:
+    """`value` quoted to paste into a shell, or the hole when it would not paste as typed."""
+    return shlex.quote(value) if value and value.isprintable() else hole
+
+
+def _rollback_why_not(stack: Stack, lock: LockView | None) -> str:
+    """Why `rollback` would refuse now, by the engine's own rules (engine.deploy.rollback)."""
+    if stack.read_only:
+        return (
+            f"Written by a newer cdkd (schema version {stack.schema_version}): this app does not roll it back; "
+            f"use that cdkd."
+        )
+    damaged = [d for d in stack.defects or [] if isinstance(d, dict)]
+    if damaged:
+        first = damaged[0]
+        return (
+            f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}): a rollback refuses to "
+            f"replay over it. Repair the record first (see the warnings above)."
+        )
+    if lock is not None and lock.state == LockState.UNREADABLE:
+        return "lock.json cannot be read, so a rollback cannot take the lock: force-unlock first."
+    if lock is not None and lock.state == LockState.LIVE:
+        return (
+            f"The stack is locked by {lock.lock.owner or 'an unnamed holder'}: a rollback waits for the lock. "
+            f"If the lock card says likely abandoned, force-unlock first."
+        )
+    return ""
+
+
+def journal_notice(stack: Stack, lock: LockView | None, at_ms: int) -> JournalNotice | None:
+    """The notice for the stack's leftover rollback journal (from the mirror), or None."""
+    if not stack.journal_key:
+        return None
+    modified = stack.journal_modified
+    age = humanize_ms(at_ms - int(modified.timestamp() * 1000)) + " ago" if modified else "at an unknown time"
+    name, region = _arg(stack.stack_name, "<stack>"), _arg(stack.region or "", "<region>")
+    prefix = stack.account.prefix
+    prefix_flag = "" if prefix == DEFAULT_PREFIX else f" --state-prefix {_arg(prefix, '<prefix>')}"
+    account = stack.account.account_id
+    return JournalNotice(
+        key=stack.journal_key,
+        size=stack.journal_size,
+        modified=modified,
+        age=age,
+        command=f"python manage.py cdkd rollback {name} --account {account} --stack-region {region} --yes",
+        cdkd_command=f"cdkd rollback {name} --stack-region {region}{prefix_flag}",
+        why_not=_rollback_why_not(stack, lock),
+    )

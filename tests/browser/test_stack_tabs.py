@@ -1,8 +1,12 @@
 """The stack page's tabs in Chromium, served as production serves it (gunicorn, DEBUG off,
 hashed static files, the strict CSP). alice opens a stack whose lock's holder finished its
-run an hour ago: she reads the lock card's verdict, clicks through the tabs (the URL follows
-each, and the back button returns), copies a physical id, and the browser reports no CSP
-violation. Screenshots: /tmp/ui-stack-*.png."""
+run an hour ago and left a rollback journal: she reads the lock card's verdict and the
+journal notice, clicks through the tabs, History included (the URL follows each, and the
+back button returns), copies a physical id, and the browser reports no CSP violation.
+Screenshots: /tmp/ui-stack-*.png.
+
+gunicorn is another process, so S3 cannot be faked there: the History tab shows the error
+an unreachable bucket gives, in the tab, which is what this test reads of it."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from playwright.sync_api import expect
 
 from stacks.models import DeploymentEvent, DeploymentRun, Membership, Role
 from tests.browser.test_csp import REPORT_VIOLATIONS
-from tests.support.webserver import gunicorn_server
+from tests.support.webserver import free_port, gunicorn_server
 from tests.views.conftest import make_account, make_lock, make_stack, make_user, record, resource_row
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -27,7 +31,15 @@ BUCKET = "orders-assets-bucket-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 def server(tmp_path):
     if connection.vendor != "postgresql":
         pytest.skip("the gunicorn process shares the test database only on PostgreSQL")
-    with gunicorn_server(tmp_path / "static") as base:
+    # S3 at a port nothing listens on: the History tab's listing fails at once (after the
+    # SDK's retries), and no request leaves the machine.
+    aws = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    with gunicorn_server(tmp_path / "static", **aws) as base:
         yield base
 
 
@@ -45,7 +57,15 @@ def world():
         },
         outputs={"AssetsBucket": BUCKET},
     )
-    stack = make_stack(prod, "orders", data=data)
+    stack = make_stack(
+        prod,
+        "orders",
+        data=data,
+        journal_key="cdkd/orders/us-east-1/rollback-journal.json",
+        journal_etag='"j"',
+        journal_size=3100,
+        journal_modified=timezone.now() - timedelta(minutes=57),
+    )
     lock = make_lock(stack, owner="ci@runner-17:4242", expires_in_ms=-600_000)
     lock.timestamp_ms -= 3_600_000
     lock.save()
@@ -82,6 +102,11 @@ def test_it_walks_the_tabs_reads_the_lock_card_and_copies(page, server):
     verdict = page.locator("#lock-verdict")
     assert verdict.get_attribute("data-verdict") == "likely abandoned"
     assert "has finished (FAILED), yet the lock is still there" in verdict.inner_text()
+    assert "written under this lock 57 minutes ago and left" in verdict.inner_text()
+    notice = page.locator("#journal-notice")
+    assert "Leftover rollback journal, written 57 minutes ago" in notice.inner_text()
+    assert "cdkd rollback orders --account 111111111111" in page.locator("#journal-command").inner_text()
+    assert "locked by ci@runner-17:4242" not in notice.inner_text()  # the lock expired: a rollback can take it
     assert "expired 10 minutes ago" in page.locator("#lock-time-left").inner_text()
     assert page.locator("#stack-tabs a[aria-current=page]").inner_text() == "Overview"
     page.screenshot(path="/tmp/ui-stack-overview.png", full_page=True)
@@ -115,7 +140,17 @@ def test_it_walks_the_tabs_reads_the_lock_card_and_copies(page, server):
     assert "FAILED" in page.locator("#stack-runs").inner_text()
     page.screenshot(path="/tmp/ui-stack-events.png", full_page=True)
 
+    page.click("#stack-tabs a[data-tab=history]")
+    expect(page.locator("#stack-tabs a[aria-current=page]")).to_have_text("History")
+    assert page.url == base + "history/"
+    assert page.locator("#journal-notice").count() == 0
+    failed = page.locator("[data-code=history-unreadable]")
+    expect(failed).to_contain_text("Listing the record's versions failed", timeout=90_000)
+    page.screenshot(path="/tmp/ui-stack-history.png", full_page=True)
+
     page.go_back()  # htmx restores the pushed tab
+    expect(page.locator("#stack-tabs a[aria-current=page]")).to_have_text("Events")
+    page.go_back()
     expect(page.locator("#stack-tabs a[aria-current=page]")).to_have_text("Outputs")
 
     # Without htmx the tab URL is a full page of its own.

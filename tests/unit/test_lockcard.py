@@ -113,6 +113,27 @@ def test_it_says_the_journal_is_unknown_or_counts_a_leftover_one() -> None:
     assert any("No rollback journal" in r for r in judge(lock(journal=False)).reasons)
 
 
+def test_it_calls_a_journal_written_under_the_lock_and_left_likely_abandoned() -> None:
+    verdict = judge(lock(timestamp_ms=NOW - 50 * MIN, journal=True, journal_modified_ms=NOW - 40 * MIN))
+    assert verdict.verdict == ABANDONED
+    assert any("written under this lock 40 minutes ago and left" in r for r in verdict.reasons)
+
+
+def test_it_calls_a_journal_the_holder_just_wrote_likely_alive() -> None:
+    # Written before an automatic rollback: the holder is rolling back now.
+    verdict = judge(lock(timestamp_ms=NOW - 20 * MIN, journal=True, journal_modified_ms=NOW - 2 * MIN))
+    assert verdict.verdict == ALIVE
+    assert any("wrote a rollback journal 2 minutes ago" in r for r in verdict.reasons)
+
+
+def test_it_takes_a_journal_older_than_the_lock_as_no_evidence() -> None:
+    fresh = judge(lock(timestamp_ms=NOW - MIN, journal=True, journal_modified_ms=NOW - 3 * 3_600_000))
+    assert fresh.verdict == ALIVE  # the fresh lock decides, not the earlier deploy's journal
+    assert any("from 2 hours before this lock" in r and "nothing of this holder" in r for r in fresh.reasons)
+    without = judge(lock(timestamp_ms=NOW - MIN, journal=False))
+    assert without.verdict == fresh.verdict
+
+
 def test_an_unreadable_lock_with_no_other_evidence_is_unsure() -> None:
     verdict = judge(lock(readable=False, timestamp_ms=None, expires_at_ms=None))
     assert verdict.verdict == UNSURE
