@@ -165,6 +165,8 @@ def request_operation(
     override = forced_override(plan.as_json(), params)
     if override:
         details["force"] = override
+    if isinstance(plan.data.get("options"), dict):  # a destroy's run-wide choices, for the audit
+        details["options"] = plan.data["options"]
     if rerun_of is not None:
         details["rerun_of"] = rerun_of.pk
         details["same_plan"] = same_plan
@@ -557,7 +559,14 @@ def run_direct(
             heartbeat_at=timezone.now(),
             attempts=1,
         )
-        audit.record("operation.requested", actor=actor, operation=op, etag_before=op.plan_etag)
+        options = plan.data.get("options")
+        audit.record(
+            "operation.requested",
+            actor=actor,
+            operation=op,
+            etag_before=op.plan_etag,
+            details={"options": options} if isinstance(options, dict) else None,
+        )
     return _execute(op)
 
 

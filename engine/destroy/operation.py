@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.destroy.plan import Planner
+from engine.destroy.protection import Protection
+from engine.destroy.retry import DELETE_RETRY_DELAYS
 from engine.destroy.run import _Run
 from engine.destroy.seams import (
     default_clients,
@@ -33,6 +35,8 @@ class _Seams:
     precheck: Callable[[Any], str | None]
     clients: Callable[[Context], Any]
     defaults: bool
+    # remove protection: PROTECTION_TYPES / read_protection / set_protection (engine.destroy.protection)
+    protection: Callable[[], Protection | None] = lambda: None
 
 
 class Destroy(Planner):
@@ -49,12 +53,21 @@ class Destroy(Planner):
         clients: Callable[[Context], Any] | None = None,
         masker: Callable[[Context], Masker] | None = None,
         clock: Callable[[], float] = time.time,
+        protection: Any = None,
+        retry_delays: tuple[float, ...] = DELETE_RETRY_DELAYS,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         """`delete(clients, ref, snapshot=False)` returns "deleted" | "not-found" (or an object
         with `.status` and optional `.unverified` = [{guard, reason}]), raises a Skip (no AWS
         call was made) or any other exception (the resource failed). The other seams default
         to engine.providers; with an injected `delete` they default to "no snapshot support",
-        "addressable" and "no clients"."""
+        "addressable" and "no clients".
+
+        `protection`: an object with PROTECTION_TYPES, read_protection(clients, ref) and
+        set_protection(clients, ref, enabled) (default: engine.providers', when it has them).
+        `retry_delays`: the waits before each retry of a transient failure (cdkd's 5, 10, 20 s);
+        `sleep(seconds)` waits them (default: an interruptible wait; with an injected
+        `delete` and no `sleep` the waits are skipped: a test double has nothing to wait for)."""
         injected = delete is not None
         self.seams = _Seams(
             delete=delete or default_delete,
@@ -62,7 +75,12 @@ class Destroy(Planner):
             precheck=precheck or (default_precheck if not injected else (lambda ref: None)),
             clients=clients or (default_clients if not injected else (lambda ctx: None)),
             defaults=not injected,
+            protection=(lambda: Protection.of(protection))
+            if protection is not None
+            else (Protection.from_providers if not injected else (lambda: None)),
         )
+        self.retry_delays = tuple(retry_delays)
+        self.sleep = sleep if sleep is not None else ((lambda seconds: None) if injected else None)
         # Error messages in events and logs are masked for the account's known secret values,
         # read by the engine itself (never passed in through params, which are stored).
         self.masker_for = masker or (default_masker if not injected else (lambda ctx: Masker(())))

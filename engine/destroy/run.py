@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from engine.destroy.common import (
     RefusedDelete,
     _ChildRefused,
     _concurrency,
+    _digest,
     _is_trimmed_subset,
     _read,
     _reads_as_not_found,
@@ -38,7 +40,11 @@ from engine.destroy.common import (
 )
 from engine.destroy.consumers import _refuse_consumers, scan_consumers
 from engine.destroy.exports import remove_stack_exports
+from engine.destroy.journal import journal_only_rows
+from engine.destroy.ordering import destroy_graph
+from engine.destroy.retry import Deadlines, ResourceTimeout, duration_text
 from engine.destroy.seams import _skip_types
+from engine.destroy.work import RowTask, delete_row, spawn
 from engine.destroy.writer import _BackgroundSaver, _RecordWriter
 from engine.errors import EngineError, NotFound, PreconditionFailed
 from engine.events import (
@@ -50,7 +56,6 @@ from engine.events import (
     RESOURCE_SUCCEEDED,
     EventRecorder,
 )
-from engine.graph import build_graph
 from engine.masking import Masker
 from engine.operations import Context, OperationRefused, Outcome, Plan, StalePlan
 from engine.schema import (
@@ -78,6 +83,7 @@ class _StackResult:
     etag_after: str | None = None
     warnings: list[str] = field(default_factory=list)
     first_error: str | None = None
+    unverified: list[str] = field(default_factory=list)  # "<lid> (<guard>: <reason>)"
 
 
 class _Progress:
@@ -126,6 +132,10 @@ class _Run:
         self._clients: Any = None
         self._clients_lock = threading.Lock()
         self.locks: list[Any] = []
+        self.deadlines = Deadlines.from_data(plan.data.get("deadlines"))
+        delays = plan.data.get("retry_delays")
+        self.retry_delays = tuple(delays) if isinstance(delays, list) else destroy.retry_delays
+        self.protection = destroy.seams.protection() if plan.data.get("remove_protection") else None
 
     # -- shared -----------------------------------------------------------------------------
 
@@ -225,95 +235,103 @@ class _Run:
         self, ctx: Context, data: dict[str, Any], stored: StoredObject, parsed: Any, result: _StackResult, prefix: str
     ) -> None:
         stack, region = data["stack"], data["region"]
-        planned: dict[str, dict[str, Any]] = data["rows"]
-        rows: dict[str, dict[str, Any]] = {lid: row for lid, row in parsed.resource_rows() if row is not None}
+        state_rows: dict[str, dict[str, Any]] = {lid: row for lid, row in parsed.resource_rows() if row is not None}
         remaining = dict(parsed.data["resources"])  # what the record still lists, in stored order
         writer = _RecordWriter(self, ctx, stack, region, data["key"], parsed.data, stored.etag)
         saver = _BackgroundSaver(writer)
-        status: dict[str, str] = dict.fromkeys(rows, PENDING)
-        for lid in planned:
-            if lid not in rows:
+        for lid in data["rows"]:
+            if lid not in state_rows:
                 result.already_gone.append(lid)
-                self.progress.set(prefix + lid, DELETED, planned[lid]["resourceType"], "deleted by an earlier attempt")
-        graph = build_graph(rows)
-        order = graph.deletion_order()  # no cycle: the rows are a subset of a planned, acyclic record
-        dependents = graph.dependents
+                self.progress.set(
+                    prefix + lid, DELETED, data["rows"][lid]["resourceType"], "deleted by an earlier attempt"
+                )
+        # Resources only the rollback journal records go first; then the record's rows.
+        journal_planned = self._journal_rows(ctx, data, prefix)
+        planned: dict[str, dict[str, Any]] = {**journal_planned, **data["rows"]}
+        rows: dict[str, dict[str, Any]] = {k: e["row"] for k, e in journal_planned.items()} | state_rows
+        status: dict[str, str] = dict.fromkeys(rows, PENDING)
+        graph, _ = destroy_graph(state_rows)  # the plan's order; no cycle in a subset of a planned record
+        order = list(journal_planned) + graph.deletion_order()
+        dependents: dict[str, list[str]] = {k: [] for k in journal_planned} | graph.dependents
+        journal_keys = list(journal_planned)
         # First the rows that make no AWS call, in deletion order.
-        for lid in order:
-            entry, row = planned[lid], rows[lid]
+        for key in order:
+            entry, row = planned[key], rows[key]
+            lid = entry.get("logicalId") or key
             action = entry["action"]
             if action == ACTION_RETAIN:
-                status[lid] = RETAINED
+                status[key] = RETAINED
                 result.counts["retained"] += 1
                 self._event(RESOURCE_RETAINED, stack, lid, row)
-                self.progress.set(prefix + lid, RETAINED, entry["resourceType"], "kept in AWS (DeletionPolicy)")
+                self.progress.set(prefix + key, RETAINED, entry["resourceType"], "kept in AWS (DeletionPolicy)")
             elif action == ACTION_SKIP:
-                status[lid] = SKIPPED
+                status[key] = SKIPPED
                 result.counts["skipped"] += 1
                 self._event(
                     RESOURCE_SKIPPED, stack, lid, row, physical_id=row.get("physicalId"), reason=entry["reason"]
                 )
-                self.progress.set(prefix + lid, SKIPPED, entry["resourceType"], self.masker(entry["reason"]))
+                self.progress.set(prefix + key, SKIPPED, entry["resourceType"], self.masker(entry["reason"]))
             elif action in (ACTION_FAIL, ACTION_FAIL_SNAPSHOT):
-                status[lid] = FAILED
+                status[key] = FAILED
                 self._event(RESOURCE_STARTED, stack, lid, row)
-                self._fail(result, stack, lid, row, entry, RefusedDelete(entry["reason"]), 0, prefix)
-        # Then the deletes, as their dependents go.
-        inflight: dict[Future[Any], tuple[str, float]] = {}
+                self._fail(result, stack, lid, row, entry, RefusedDelete(entry["reason"]), 0, prefix + key)
+        # Then the deletes, as their dependents go (and every journal row before any record row).
+        inflight: dict[Future[Any], RowTask] = {}
         try:
-            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=f"destroy-{stack}") as pool:
-                while True:
-                    if not self.stopping():
-                        for lid in order:
-                            if len(inflight) >= self.concurrency:
-                                break
-                            if status[lid] != PENDING or planned[lid]["action"] not in CALL_ACTIONS:
-                                continue
-                            if all(status[d] in RELEASES for d in dependents[lid]):
-                                status[lid] = DELETING
-                                row = rows[lid]
-                                self._event(RESOURCE_STARTED, stack, lid, row)
-                                self.progress.set(prefix + lid, DELETING, row.get("resourceType"))
-                                future = pool.submit(self._work, ctx, stack, region, lid, row, planned[lid], prefix)
-                                inflight[future] = (lid, time.monotonic())
-                    if not inflight:
-                        break
-                    done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
-                    deleted_now = False
-                    for future in done:
-                        lid, started = inflight.pop(future)
-                        duration = int((time.monotonic() - started) * 1000)
-                        status[lid] = self._settle(
-                            future, ctx, stack, lid, rows[lid], planned[lid], result, duration, prefix
-                        )
-                        if status[lid] == DELETED:
-                            remaining.pop(lid, None)
-                            deleted_now = True
-                    if deleted_now:
-                        # Written from its own thread (newest snapshot wins): the record never
-                        # lists less than what is gone, and concurrent deletes are not held up
-                        # behind one serial write each.
-                        saver.submit(remaining)
+            while True:
+                if not self.stopping():
+                    journal_done = all(status[k] not in (PENDING, DELETING) for k in journal_keys)
+                    for key in order:
+                        if len(inflight) >= self.concurrency:
+                            break
+                        if status[key] != PENDING or planned[key]["action"] not in CALL_ACTIONS:
+                            continue
+                        if key not in journal_planned and not journal_done:
+                            break
+                        if all(status[d] in RELEASES for d in dependents[key]):
+                            status[key] = DELETING
+                            task = self._start(ctx, stack, region, key, rows[key], planned[key], prefix)
+                            inflight[task.future] = task
+                if not inflight:
+                    break
+                done, _ = wait(list(inflight), timeout=self._next_deadline(inflight), return_when=FIRST_COMPLETED)
+                deleted_now = False
+                for future in done:
+                    task = inflight.pop(future)
+                    status[task.key] = self._settle(future, ctx, stack, task, result, prefix)
+                    if status[task.key] == DELETED and task.key in remaining:
+                        remaining.pop(task.key, None)
+                        deleted_now = True
+                for future, task in list(inflight.items()):
+                    if self._past_deadline(stack, task, result, prefix):
+                        inflight.pop(future)
+                        status[task.key] = FAILED
+                if deleted_now:
+                    # Written from its own thread (newest snapshot wins): the record never
+                    # lists less than what is gone, and concurrent deletes are not held up
+                    # behind one serial write each.
+                    saver.submit(remaining)
         finally:
             saver.drain()
         # What never started: cancelled, or held back by a dependent that is still there.
         stopped = self.stopping()
-        for lid in order:
-            if status[lid] != PENDING:
+        for key in order:
+            if status[key] != PENDING:
                 continue
-            row = rows[lid]
+            row = rows[key]
             if stopped:
-                self.progress.set(prefix + lid, PENDING, row.get("resourceType"), "not started (cancelled)")
+                self.progress.set(prefix + key, PENDING, row.get("resourceType"), "not started (cancelled)")
                 continue
-            blockers = [d for d in dependents[lid] if status[d] not in RELEASES]
+            blockers = [d for d in dependents[key] if status[d] not in RELEASES]
             reason = (
                 f"not deleted: {', '.join(blockers)} depend(s) on it and {'is' if len(blockers) == 1 else 'are'} "
                 f"still there"
             )
-            status[lid] = SKIPPED
+            status[key] = SKIPPED
             result.counts["skipped"] += 1
+            lid = planned[key].get("logicalId") or key
             self._event(RESOURCE_SKIPPED, stack, lid, row, physical_id=row.get("physicalId"), reason=reason)
-            self.progress.set(prefix + lid, SKIPPED, row.get("resourceType"), reason)
+            self.progress.set(prefix + key, SKIPPED, row.get("resourceType"), reason)
         result.cancelled = stopped and any(s == PENDING for s in status.values())
         everything_gone = all(s in (DELETED, RETAINED) for s in status.values())
         if everything_gone and not result.cancelled:
@@ -324,7 +342,18 @@ class _Run:
             if writer.conflict:
                 result.warnings.append(writer.conflict)
             result.etag_after = writer.etag if not writer.conflict else None
+            kept = [k for k in journal_keys if status[k] not in (DELETED, RETAINED)]
+            if kept:
+                result.warnings.append(
+                    f"{data['journal']['key']} is kept: {len(kept)} resource(s) only it records are still there "
+                    f"({', '.join(planned[k]['logicalId'] for k in kept)}); a re-run deletes them"
+                )
         result.left = [lid for lid in remaining if not result.record_deleted]
+        if result.unverified:
+            result.warnings.append(
+                f"{stack}: {len(result.unverified)} unverified: a safety check could not reach a verdict for "
+                + "; ".join(result.unverified)
+            )
         failed, deleted = result.counts["failed"], result.counts["deleted"]
         if result.record_deleted:
             result.status = "succeeded"
@@ -337,60 +366,133 @@ class _Run:
         if prefix == "":
             self.progress.emit("done")
 
-    def _work(
-        self, ctx: Context, stack: str, region: str, lid: str, row: dict[str, Any], entry: dict[str, Any], prefix: str
-    ) -> Any:
-        """In a pool thread: the one AWS-facing step of a row. Returns what `_settle` reads."""
-        action = entry["action"]
+    def _journal_rows(self, ctx: Context, data: dict[str, Any], prefix: str) -> dict[str, dict[str, Any]]:
+        """The planned journal-only rows still to delete, each with its `row`. The journal must
+        be as planned (this destroy never writes it); gone, there is nothing left of it to delete."""
+        journal = data.get("journal") or {}
+        planned = journal.get("rows") or {}
+        if not planned:
+            return {}
+        current = _read(ctx, journal["key"])
+        if current is None:
+            for key, entry in planned.items():
+                self.progress.set(prefix + key, DELETED, entry["resourceType"], "its journal is gone")
+            ctx.log("info", f"{journal['key']} is gone since the plan: its resources are not deleted by this run")
+            return {}
+        if current.etag != journal.get("etag"):
+            raise StalePlan(journal["key"], journal.get("etag"), current.etag)
+        rows, _ = journal_only_rows(current, {})
+        by_id = {(r["logicalId"], r["physicalId"]): r for r in rows.values()}
+        out: dict[str, dict[str, Any]] = {}
+        for key, entry in planned.items():
+            row = by_id.get((entry.get("logicalId"), entry.get("physicalId")))
+            if row is None or _digest(row) != entry["digest"]:
+                raise StalePlan(journal["key"], journal.get("etag"), current.etag)
+            out[key] = {**entry, "row": row}
+        return out
+
+    def _start(
+        self, ctx: Context, stack: str, region: str, key: str, row: dict[str, Any], entry: dict[str, Any], prefix: str
+    ) -> RowTask:
+        lid = entry.get("logicalId") or key
+        warn, timeout = self.deadlines.for_type(row.get("resourceType"))
+        now = time.monotonic()
+        nested = entry["action"] in (ACTION_NESTED, ACTION_GONE)  # its own rows have deadlines
+        task = RowTask(
+            key=key,
+            lid=lid,
+            row=row,
+            entry=entry,
+            started=now,
+            warn_at=math.inf if nested else now + warn,
+            deadline=math.inf if nested else now + timeout,
+            timeout=timeout,
+        )
+        self._event(RESOURCE_STARTED, stack, lid, row)
+        self.progress.set(prefix + key, DELETING, row.get("resourceType"))
+        task.future = spawn(f"destroy-{stack}-{lid}"[:60], self._work, ctx, region, task, prefix)
+        return task
+
+    def _next_deadline(self, inflight: dict[Future[Any], RowTask]) -> float | None:
+        now = time.monotonic()
+        moments = [t.deadline for t in inflight.values()] + [t.warn_at for t in inflight.values() if not t.warned]
+        soonest = min(moments, default=math.inf)
+        return None if soonest == math.inf else max(0.0, soonest - now)
+
+    def _past_deadline(self, stack: str, task: RowTask, result: _StackResult, prefix: str) -> bool:
+        """Warn once past warn-after; past the timeout, FAIL the row and stop waiting for it."""
+        now = time.monotonic()
+        rtype = task.row.get("resourceType")
+        if not task.warned and now >= task.warn_at:
+            task.warned = True
+            message = f"still deleting after {duration_text(now - task.started)}"
+            self.ctx.log(
+                "warning",
+                f"{stack}: {task.lid} ({rtype}) is {message} (resource timeout {duration_text(task.timeout)})",
+            )
+            self.progress.set(prefix + task.key, DELETING, rtype, message)
+        if now < task.deadline:
+            return False
+        task.abort.set()  # no retry after this, and no guard is put back (seed 004)
+        error = ResourceTimeout(
+            f"{task.lid} ({rtype}) did not finish deleting within {duration_text(task.timeout)} (resource timeout); "
+            f"the delete may still complete in AWS, and its record is kept: re-run the destroy to reconcile"
+        )
+        self._fail(
+            result, stack, task.lid, task.row, task.entry, error, int((now - task.started) * 1000), prefix + task.key
+        )
+        return True
+
+    def _work(self, ctx: Context, region: str, task: RowTask, prefix: str) -> Any:
+        """In the row's thread: the one AWS-facing step of a row. Returns what `_settle` reads."""
+        action = task.entry["action"]
         if action in (ACTION_NESTED, ACTION_GONE):
-            return self._destroy_child(ctx, region, lid, entry, prefix)
-        ref = _ref(ctx, region, lid, row)
-        return self.destroy.seams.delete(self.clients(), ref, snapshot=action == ACTION_SNAPSHOT)
+            return self._destroy_child(ctx, region, task.lid, task.entry, prefix)
+        ref = _ref(ctx, region, task.lid, task.row)
+        return delete_row(self, task, ref, action == ACTION_SNAPSHOT)
 
     def _settle(
-        self,
-        future: Future[Any],
-        ctx: Context,
-        stack: str,
-        lid: str,
-        row: dict[str, Any],
-        entry: dict[str, Any],
-        result: _StackResult,
-        duration: int,
-        prefix: str,
+        self, future: Future[Any], ctx: Context, stack: str, task: RowTask, result: _StackResult, prefix: str
     ) -> str:
         """Account for a finished row (coordinator thread): events, counts, progress; its status."""
+        lid, row, entry, key = task.lid, task.row, task.entry, prefix + task.key
+        duration = int((time.monotonic() - task.started) * 1000)
         rtype = row.get("resourceType")
         exc = future.exception()
         if exc is not None and not isinstance(exc, Exception):
             raise exc  # KeyboardInterrupt, SystemExit, a simulated kill: stop here, write nothing more
+        guards: list[Any] = []
+        if task.guard is not None and task.guard.indeterminate:
+            guards.append({"guard": "protection-read", "reason": task.guard.indeterminate})
         if exc is None:
             value = future.result()
             if isinstance(value, _ChildResult):
-                return self._settle_child(value, stack, lid, row, entry, result, duration, prefix)
+                return self._settle_child(value, stack, lid, row, entry, result, duration, key)
+            guards += list(getattr(value, "unverified", None) or [])
+        self._unverified(result, stack, lid, row, guards)
+        if exc is None:
             status_value = getattr(value, "status", value)
-            for guard in getattr(value, "unverified", None) or []:
-                result.counts["unverified"] += 1
-                self._event(
-                    RESOURCE_GUARD_INDETERMINATE,
-                    stack,
-                    lid,
-                    row,
-                    guard=guard.get("guard") if isinstance(guard, dict) else str(guard),
-                    reason=guard.get("reason") if isinstance(guard, dict) else None,
-                )
             note = "already gone" if status_value == "not-found" else None
-            return self._deleted(result, stack, lid, row, duration, prefix, note)
+            return self._deleted(result, stack, lid, row, duration, key, note)
         if isinstance(exc, _skip_types()):
             reason = str(getattr(exc, "reason", None) or exc) or "unspecified reason"
             result.counts["skipped"] += 1
             self._event(RESOURCE_SKIPPED, stack, lid, row, physical_id=row.get("physicalId"), reason=reason)
-            self.progress.set(prefix + lid, SKIPPED, rtype, self.masker(reason))
+            self.progress.set(key, SKIPPED, rtype, self.masker(reason))
             return SKIPPED
         if entry["action"] != ACTION_SNAPSHOT and _reads_as_not_found(exc):
-            return self._deleted(result, stack, lid, row, duration, prefix, "already gone")
-        self._fail(result, stack, lid, row, entry, exc, duration, prefix)
+            return self._deleted(result, stack, lid, row, duration, key, "already gone")
+        self._fail(result, stack, lid, row, entry, exc, duration, key)
         return FAILED
+
+    def _unverified(self, result: _StackResult, stack: str, lid: str, row: dict[str, Any], guards: list[Any]) -> None:
+        """Guards that ran and reached no verdict: counted and recorded, nothing else moves."""
+        for guard in guards:
+            name = guard.get("guard") if isinstance(guard, dict) else str(guard)
+            reason = guard.get("reason") if isinstance(guard, dict) else None
+            result.counts["unverified"] += 1
+            result.unverified.append(f"{lid} ({name}{': ' + self.masker(str(reason)) if reason else ''})")
+            self._event(RESOURCE_GUARD_INDETERMINATE, stack, lid, row, guard=name, reason=reason)
 
     def _deleted(
         self,
@@ -399,12 +501,12 @@ class _Run:
         lid: str,
         row: dict[str, Any],
         duration: int,
-        prefix: str,
+        key: str,
         note: str | None,
     ) -> str:
         result.counts["deleted"] += 1
         self._event(RESOURCE_SUCCEEDED, stack, lid, row, physical_id=row.get("physicalId"), duration_ms=duration)
-        self.progress.set(prefix + lid, DELETED, row.get("resourceType"), note)
+        self.progress.set(key, DELETED, row.get("resourceType"), note)
         return DELETED
 
     def _fail(
@@ -416,13 +518,13 @@ class _Run:
         entry: dict[str, Any],
         exc: BaseException,
         duration: int,
-        prefix: str,
+        key: str,
     ) -> None:
         result.counts["failed"] += 1
         message = self.masker(str(exc)) or type(exc).__name__
         result.first_error = result.first_error or f"{lid}: {message}"
         self._event(RESOURCE_FAILED, stack, lid, row, duration_ms=duration, error=exc)
-        self.progress.set(prefix + lid, FAILED, row.get("resourceType"), message)
+        self.progress.set(key, FAILED, row.get("resourceType"), message)
         self.ctx.log("error", f"{stack}: {lid} ({row.get('resourceType')}) was not deleted: {message}")
 
     # -- nested children -------------------------------------------------------------------------
@@ -458,30 +560,33 @@ class _Run:
         entry: dict[str, Any],
         result: _StackResult,
         duration: int,
-        prefix: str,
+        key: str,
     ) -> str:
         """cdkd's NestedStackProvider mapping (§8.5): child errors -> the row FAILS; child
         skipped or interrupted -> the row is SKIPPED (record kept); child gone -> deleted."""
         child = value.result
+        # guards the child could not verify stay visible on the parent's summary line
+        result.counts["unverified"] += child.counts["unverified"]
+        result.unverified += [f"{value.stack}: {u}" for u in child.unverified]
         if value.refused:
-            self._fail(result, stack, lid, row, entry, RefusedDelete(value.refused), duration, prefix)
+            self._fail(result, stack, lid, row, entry, RefusedDelete(value.refused), duration, key)
             return FAILED
         if value.gone or child.status == "succeeded":
             note = f"nested stack {value.stack} " + ("was already gone" if value.gone else "destroyed")
-            return self._deleted(result, stack, lid, row, duration, prefix, note)
+            return self._deleted(result, stack, lid, row, duration, key, note)
         if child.counts["failed"]:
             error = RefusedDelete(
                 f"nested stack {value.stack}: {child.counts['failed']} resource(s) failed"
                 + (f" (first: {child.first_error})" if child.first_error else "")
                 + f"; repair and re-run (its record is {self.ctx.layout.state_key(value.stack, self.ctx.region or '')})"
             )
-            self._fail(result, stack, lid, row, entry, error, duration, prefix)
+            self._fail(result, stack, lid, row, entry, error, duration, key)
             return FAILED
         why = "was interrupted" if child.cancelled else f"skipped {child.counts['skipped']} resource(s)"
         reason = f"nested stack {value.stack} {why}, so it was not destroyed as a whole; its record is kept"
         result.counts["skipped"] += 1
         self._event(RESOURCE_SKIPPED, stack, lid, row, physical_id=row.get("physicalId"), reason=reason)
-        self.progress.set(prefix + lid, SKIPPED, row.get("resourceType"), reason)
+        self.progress.set(key, SKIPPED, row.get("resourceType"), reason)
         return SKIPPED
 
     # -- the end of a stack ------------------------------------------------------------------------

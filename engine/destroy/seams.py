@@ -88,8 +88,39 @@ def default_supports_snapshot(ref: Any) -> bool:
     return bool(value(ref) if callable(value) else value)
 
 
+class _DryRunStop(BaseException):  # noqa: N818 - not an error: the probe's stop signal
+    """Raised by `DryClients` at the first AWS client a delete asks for. A BaseException, so
+    no provider's `except Exception` can mistake it for an AWS failure."""
+
+
+class DryClients:
+    """Clients that make no AWS call: a delete that gets as far as asking for one has passed
+    every check it makes before calling AWS, so the row is addressable."""
+
+    session = None
+
+    def __call__(self, service: str, region: str) -> Any:
+        raise _DryRunStop()
+
+
+def dry_precheck(delete: Callable[..., Any], ref: Any) -> str | None:
+    """Run `delete` up to its first AWS client: the Skip it raises before then is exactly the
+    skip the run would make (the same code decides both), else None."""
+    try:
+        delete(DryClients(), ref, snapshot=False)
+    except _DryRunStop:
+        return None
+    except _skip_types() as exc:
+        return str(getattr(exc, "reason", None) or exc) or "unspecified reason"
+    except Exception:  # noqa: BLE001 - a failure before any AWS call: the run reports it
+        return None
+    return None
+
+
 def default_precheck(ref: Any) -> str | None:
-    """A provider's dry addressability check, when it offers one: a `Skip` is the reason."""
+    """Why the run will skip this row without an AWS call, or None. A provider's own dry
+    check when it offers one, then the provider's delete itself up to its first AWS call
+    (`dry_precheck`), so the plan and the run cannot disagree about a skip."""
     providers = _require_providers()
     checks: list[Callable[[Any], Any]] = []
     for name in ("check_addressable", "precheck"):
@@ -109,7 +140,7 @@ def default_precheck(ref: Any) -> str | None:
             check(ref)
         except _skip_types() as exc:
             return str(getattr(exc, "reason", None) or exc)
-    return None
+    return dry_precheck(default_delete, ref)
 
 
 def default_clients(ctx: Context) -> Any:
