@@ -11,11 +11,22 @@ plan(ctx) -- pure reads, no lock. Refuses (`OperationRefused`, one line) when:
   has an `imports` entry whose sourceStack/sourceRegion name this stack -- checked, as
   cdkd does, when the outputs bag holds anything (unreadable consumer records are skipped,
   as cdkd skips them, but named in the plan's warnings); the dependency graph has a cycle;
-  the resource providers cannot be loaded.
+  the resource providers cannot be loaded; an option is malformed; `remove_protection` is
+  asked while the providers cannot read and turn off protection.
+  Params: `concurrency`, `skip_final_snapshot`, `remove_protection` (booleans, cdkd's
+  `--skip-final-snapshot` / `--remove-protection`), `resource_timeout` / `resource_warn_after`
+  (seconds, or {"default"|TYPE: seconds}; cdkd's 30 and 5 minutes). `data.options` holds
+  them as planned (shown to the approver, audited), `data.deadlines` the deadlines.
   Otherwise `data` holds, per stack (nested children recursively under their row):
   `rows` {logicalId: {action, resourceType, physicalId, provisionedBy, deletionPolicy,
-  reason?, digest, child?}}, `order` / `levels` (deletion order), the digests that let a
-  re-run accept a trimmed record, and whether the import check applies. Actions:
+  reason?, digest, child?, removeProtection?, looksProtected?, noRetry?}}, `order` /
+  `levels` (deletion order: the record's edges plus cdkd's implicit type pairs and
+  composite-alarm edges, `engine.destroy.ordering`), `journal` {key, etag, rows, order}
+  (resources only the rollback journal records, `engine.destroy.journal`: deleted FIRST on
+  their journaled policy), the digests that let a re-run accept a trimmed record, and
+  whether the import check applies. Every skip the run will make without an AWS call is on
+  the plan: the precheck runs the provider's own delete up to its first AWS client
+  (`seams.dry_precheck`). Actions:
     delete         provider delete
     snapshot       DeletionPolicy Snapshot and the provider can take the final snapshot
     fail-snapshot  DeletionPolicy Snapshot and it cannot: the resource FAILS, as
@@ -38,11 +49,21 @@ execute(ctx, plan) -- under `ctx.held_lock("destroy")` (each child under its own
   writes leave behind, so a re-run of the SAME approved operation after a crash (SIGKILL)
   resumes: rows already gone are not deleted again, and nothing outside the approved plan
   is touched. Anything else raises `StalePlan`. The import check runs again under the lock.
-  Deletes run in reverse dependency order (`engine.graph`): a resource starts only once
+  The journal must be as planned (`StalePlan` otherwise); its rows go first, and none of the
+  record's rows starts before they end (a failed one does not hold them back, but keeps the
+  journal and the record for a re-run).
+  Deletes run in reverse dependency order (`engine.destroy.ordering`): a resource starts only once
   every resource depending on it is deleted (or retained, or skipped: seed 004 relies on a
   parent's delete removing a skipped child); independent deletes run concurrently
   (`concurrency`, default 8). A row whose dependent FAILED is not attempted: it is reported
-  skipped with the reason. "Not found" counts as deleted. After each delete the trimmed
+  skipped with the reason. "Not found" counts as deleted. A transient failure is retried 3
+  times after 5, 10, 20 s (`engine.destroy.retry`; not nested stacks or custom resources); a
+  delete still running after its warn-after is logged once, after its resource timeout it
+  FAILS and the run stops waiting for it (`engine.destroy.work`). With `remove_protection`
+  each protection-bearing row's guard is read, turned off, and turned on again when the
+  delete ends in failure (`engine.destroy.protection`); a guard that could not be read
+  counts as `unverified` (a RESOURCE_GUARD_INDETERMINATE event), as do the guards a
+  provider reports, a nested child's included. After each delete the trimmed
   record is written with `If-Match` on the ETag last written (outputs `{}`, imports and
   outputReads dropped, lastModified refreshed; retained, skipped and failed rows kept); a
   failed incremental write is logged and the final write decides. The writes run on one
@@ -64,13 +85,16 @@ execute(ctx, plan) -- under `ctx.held_lock("destroy")` (each child under its own
   unverified} of the top-level stack, `stacks` (per stack incl. children), `left`,
   `already_gone`, `run_id`, `reason`.
 
-The providers (`engine.providers`) are reached through four seams a test may replace:
-`Destroy(delete=..., supports_snapshot=..., precheck=..., clients=...)`.
+The providers (`engine.providers`) are reached through seams a test may replace:
+`Destroy(delete=..., supports_snapshot=..., precheck=..., clients=..., protection=...)`;
+`retry_delays` and `sleep` set the retry waits.
 
 The modules, one concern each: `seams` (the provider seams, `default_clients` among them),
 `common` (actions, outcomes, helpers), `consumers` (the import scan), `exports` (the exports
 index), `plan` (planning), `run` (executing), `writer` (the trimmed record's writes),
-`operation` (the `Destroy` spec that joins them).
+`operation` (the `Destroy` spec that joins them), `ordering` (the delete order), `journal`
+(journal-only resources), `retry` (retries, deadlines), `work` (one row's delete),
+`protection` (remove protection).
 """
 
 from __future__ import annotations

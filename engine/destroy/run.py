@@ -213,6 +213,8 @@ class _Run:
     # -- one stack ----------------------------------------------------------------------------
 
     def _pending_items(self, data: dict[str, Any], prefix: str) -> None:
+        for key, entry in ((data.get("journal") or {}).get("rows") or {}).items():
+            self.progress.set(prefix + key, PENDING, entry["resourceType"], emit=False)
         for lid in data["order"]:
             entry = data["rows"][lid]
             self.progress.set(prefix + lid, PENDING, entry["resourceType"], emit=False)
