@@ -288,6 +288,10 @@ CDKD_LOCK_TTL_SECONDS = envint("CDKD_LOCK_TTL_SECONDS", "1800", minimum=2)
 # returned nothing (the CDK provider framework's async shape); cdkd's is 1 hour (CDK's
 # totalTimeout). SNS tokens and handlers that returned something get cdkd's fixed 30 s.
 CDKD_CUSTOM_RESOURCE_TIMEOUT_SECONDS = envint("CDKD_CUSTOM_RESOURCE_TIMEOUT_SECONDS", "3600", minimum=1)
+# A destroy's per-resource deadline (cdkd's --resource-timeout, default 30 min): a delete still
+# running then FAILS, its record kept; and the warning before it (--resource-warn-after, 5 min).
+CDKD_DESTROY_RESOURCE_TIMEOUT_SECONDS = envint("CDKD_DESTROY_RESOURCE_TIMEOUT_SECONDS", "1800", minimum=1)
+CDKD_DESTROY_RESOURCE_WARN_AFTER_SECONDS = envint("CDKD_DESTROY_RESOURCE_WARN_AFTER_SECONDS", "300", minimum=1)
 # Largest cdk.out zip "Plan a deploy" accepts, and the most its files may expand to (bytes).
 CDKD_ASSEMBLY_MAX_BYTES = envint("CDKD_ASSEMBLY_MAX_BYTES", str(64 * 1024 * 1024), minimum=1024)
 # The storage class keeping uploaded assemblies by content digest (S3: see README, django-storages).

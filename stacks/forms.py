@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from stacks.models import Assembly, LockState, OperationKind, OperationStatus, Role, policy_floor_problem
 
@@ -118,6 +119,17 @@ WEB_KINDS = (
 FORCEABLE_KINDS = (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES)
 
 
+def destroy_deadline_params() -> dict[str, Any]:
+    """The web path's per-resource deadlines (settings), as destroy params; cdkd's defaults
+    (30 min, warn after 5) are left out so the params say only what differs."""
+    params: dict[str, Any] = {}
+    if settings.CDKD_DESTROY_RESOURCE_TIMEOUT_SECONDS != 1800:
+        params["resource_timeout"] = settings.CDKD_DESTROY_RESOURCE_TIMEOUT_SECONDS
+    if settings.CDKD_DESTROY_RESOURCE_WARN_AFTER_SECONDS != 300:
+        params["resource_warn_after"] = settings.CDKD_DESTROY_RESOURCE_WARN_AFTER_SECONDS
+    return params
+
+
 class OperationParamsForm(WordedForm):
     """An operation's parameters, per kind. The same form reads the preview's query string
     (what to plan) and the confirmation's POST (what to request); `params()` is what
@@ -131,6 +143,9 @@ class OperationParamsForm(WordedForm):
     # destroy: deletes at once (planned), and the stack's name typed to confirm (POST only)
     concurrency = forms.IntegerField(required=False, min_value=1, max_value=64, label="Deletes at once")
     confirm_name = forms.CharField(required=False, max_length=1024, label="Type the stack's name to confirm")
+    # destroy plan options, as cdkd names them (--skip-final-snapshot, --remove-protection)
+    skip_final_snapshot = forms.BooleanField(required=False, label="Skip final snapshot")
+    remove_protection = forms.BooleanField(required=False, label="Remove protection")
     # scrub: purge history (planned) and its own confirmation (POST only); keep history (cdkd
     # purges each rewritten record's history by default); consent to a predicted replacement;
     # the stored assembly whose templates drive the rewrite
@@ -176,7 +191,11 @@ class OperationParamsForm(WordedForm):
         if self.kind == OperationKind.RESTORE:
             return {"version_id": data["version_id"]}
         if self.kind == OperationKind.DESTROY:
-            return {"concurrency": data["concurrency"]} if data.get("concurrency") else {}
+            params: dict[str, Any] = {"concurrency": data["concurrency"]} if data.get("concurrency") else {}
+            for option in ("skip_final_snapshot", "remove_protection"):
+                if data.get(option):
+                    params[option] = True
+            return params | destroy_deadline_params()
         if self.kind == OperationKind.SCRUB:
             return scrub_params(data)
         return {}

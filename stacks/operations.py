@@ -176,6 +176,8 @@ def request_operation(
     consent = consented(plan)
     if consent:
         details["allow_replacement"] = consent
+    if isinstance(plan.data.get("options"), dict):  # a destroy's run-wide choices, for the audit
+        details["options"] = plan.data["options"]
     if rerun_of is not None:
         details["rerun_of"] = rerun_of.pk
         details["same_plan"] = same_plan
@@ -569,8 +571,15 @@ def run_direct(
             attempts=1,
         )
         consent = consented(plan)
-        details = {"allow_replacement": consent} if consent else None
-        audit.record("operation.requested", actor=actor, operation=op, etag_before=op.plan_etag, details=details)
+        options = plan.data.get("options")
+        details: dict[str, Any] = {}
+        if consent:
+            details["allow_replacement"] = consent
+        if isinstance(options, dict):
+            details["options"] = options
+        audit.record(
+            "operation.requested", actor=actor, operation=op, etag_before=op.plan_etag, details=details or None
+        )
     return _execute(op)
 
 

@@ -169,34 +169,72 @@ def rewrite_rows(data: Any, key: str = "rewrites") -> list[ChangeRow]:
     return rows
 
 
+def _destroy_row(data: dict[str, Any], depth: int, lid: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "depth": depth,
+        "indent": depth * 1.5,
+        "stack": data.get("stack") or "",
+        "logical_id": entry.get("logicalId") if entry.get("journal") else lid,
+        "journal": bool(entry.get("journal")),
+        "action": str(entry.get("action") or ""),
+        "resource_type": entry.get("resourceType") or "",
+        "physical_id": entry.get("physicalId") or "",
+        "deletion_policy": entry.get("deletionPolicy") or "",
+        "reason": entry.get("reason") or "",
+        "child": entry.get("childStack") or "",
+        "remove_protection": bool(entry.get("removeProtection")),
+        "looks_protected": bool(entry.get("looksProtected")),
+    }
+
+
 def destroy_rows(data: Any, depth: int = 0) -> list[dict[str, Any]]:
-    """A destroy plan's rows (`plan.data`), in deletion order, each nested child's rows
-    right below its parent's row, indented by `depth`."""
+    """A destroy plan's rows (`plan.data`), in deletion order: the resources only the rollback
+    journal records first, then the record's, each nested child's rows right below its
+    parent's row, indented by `depth` (the order of the plan's own change lines)."""
     if not isinstance(data, dict) or depth > 20:
         return []
+    journal = data.get("journal") if isinstance(data.get("journal"), dict) else {}
+    journal_rows = journal.get("rows") if isinstance(journal.get("rows"), dict) else {}
     planned = data.get("rows") if isinstance(data.get("rows"), dict) else {}
     order = data.get("order") if isinstance(data.get("order"), list) else list(planned)
-    rows: list[dict[str, Any]] = []
+    rows = [
+        _destroy_row(data, depth, key, entry)
+        for key, entry in journal_rows.items()
+        if isinstance(key, str) and isinstance(entry, dict)
+    ]
     for lid in order:
         entry = planned.get(lid) if isinstance(lid, str) else None
         if not isinstance(entry, dict):
             continue
-        rows.append(
-            {
-                "depth": depth,
-                "indent": depth * 1.5,
-                "stack": data.get("stack") or "",
-                "logical_id": lid,
-                "action": str(entry.get("action") or ""),
-                "resource_type": entry.get("resourceType") or "",
-                "physical_id": entry.get("physicalId") or "",
-                "deletion_policy": entry.get("deletionPolicy") or "",
-                "reason": entry.get("reason") or "",
-                "child": entry.get("childStack") or "",
-            }
-        )
+        rows.append(_destroy_row(data, depth, lid, entry))
         rows += destroy_rows(entry.get("child"), depth + 1)
     return rows
+
+
+def destroy_options(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The run-wide choices of a destroy plan, for the requester and the approver."""
+    data = plan.get("data") if isinstance(plan, dict) else None
+    options = data.get("options") if isinstance(data, dict) else None
+    if not isinstance(options, dict):
+        return None
+    timeout = options.get("resource_timeout") if isinstance(options.get("resource_timeout"), dict) else {}
+    warn = options.get("resource_warn_after") if isinstance(options.get("resource_warn_after"), dict) else {}
+
+    def text(seconds: Any) -> str:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            return "?"
+        for unit, size in (("h", 3600), ("m", 60)):
+            if seconds >= size and seconds % size == 0:
+                return f"{int(seconds // size)}{unit}"
+        return f"{seconds:g}s"
+
+    return {
+        "skip_final_snapshot": options.get("skip_final_snapshot") is True,
+        "remove_protection": options.get("remove_protection") is True,
+        "timeout": text(timeout.get("default")),
+        "warn_after": text(warn.get("default")),
+        "per_type": sorted(f"{k}: {text(v)}" for k, v in timeout.items() if k != "default"),
+    }
 
 
 def _path_text(path: Any) -> str:
@@ -274,6 +312,7 @@ def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
         "plan_warnings": own,
         "unreadable_elsewhere": unreadable,
         "is_scrub": kind == OperationKind.SCRUB,
+        "destroy_options": destroy_options(plan) if kind == OperationKind.DESTROY else None,
         **tables,
     }
 

@@ -195,3 +195,60 @@ def test_it_survives_a_killed_worker_mid_destroy(aws, account, shared_queue, dja
     assert existing_queues(aws) == set()
     assert len(deletes) == len(alive)  # nothing already deleted was deleted again
     assert aws.etag(A1, BUCKET, KEY) is None
+
+
+def test_it_exits_2_when_the_run_only_failed_as_cdkd_does(aws, account):
+    aws.make_bucket(A1, "full-bucket")
+    aws.put(A1, "full-bucket", "object.txt", b"still here")  # a non-empty bucket's delete fails
+    resources = {"Data": {"physicalId": "full-bucket", "resourceType": "AWS::S3::Bucket", "properties": {}}}
+    aws.put(A1, BUCKET, KEY, record(resources))
+
+    with pytest.raises(CommandError) as err:
+        destroy("--yes")
+
+    assert err.value.returncode == 2  # errors remain: exit 2, not 1, even with nothing deleted
+    assert list(json.loads(aws.get(A1, BUCKET, KEY))["resources"]) == ["Data"]
+
+
+def test_it_records_the_options_in_the_params_the_plan_and_the_audit(aws, account):
+    aws.put(A1, BUCKET, KEY, record(queue_rows(aws, ["opts"])))
+
+    planned = destroy("--skip-final-snapshot", "--resource-timeout", "45m", "--resource-timeout",
+                      "AWS::RDS::DBInstance=2h", "--resource-warn-after", "90s", "--json")  # fmt: skip
+    options = planned["plan"]["data"]["options"]
+    assert options == {
+        "skip_final_snapshot": True,
+        "remove_protection": False,
+        "resource_timeout": {"default": 2700.0, "AWS::RDS::DBInstance": 7200.0},
+        "resource_warn_after": {"default": 90.0},
+    }
+    assert aws.etag(A1, BUCKET, KEY) is not None  # a plan writes nothing
+
+    result = destroy("--skip-final-snapshot", "--resource-timeout", "45m", "--yes", "--json")
+
+    assert result["status"] == "succeeded" and aws.etag(A1, BUCKET, KEY) is None
+    from stacks.models import Operation
+
+    op = Operation.objects.get(pk=result["operation"])
+    assert op.params == {"concurrency": 8, "skip_final_snapshot": True, "resource_timeout": {"default": 2700.0}}
+    requested = AuditEvent.objects.get(action="operation.requested", operation=op)
+    assert requested.details["options"]["skip_final_snapshot"] is True
+    assert requested.details["options"]["resource_timeout"] == {"default": 2700.0}
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--resource-timeout", "soon"], "--resource-timeout soon: 'soon' is not a duration"),
+        (["--resource-timeout", "Bucket=5m"], "'Bucket' is not a resource type"),
+    ],
+)
+def test_it_refuses_bad_destroy_flags_in_one_line_writing_nothing(aws, account, args, match):
+    aws.put(A1, BUCKET, KEY, record(queue_rows(aws, ["flags"])))
+    before = aws.etag(A1, BUCKET, KEY)
+
+    with pytest.raises(CommandError, match=match) as err:
+        destroy(*args, "--yes")
+
+    assert err.value.returncode == 1 and "\n" not in str(err.value)
+    assert aws.etag(A1, BUCKET, KEY) == before and existing_queues(aws) == {"flags"}

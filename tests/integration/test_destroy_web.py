@@ -96,3 +96,79 @@ def test_it_destroys_a_stack_requested_from_its_page_and_approved(aws, queue, sh
     page = olivia.get(reverse("operation", args=[op.pk])).content.decode()
     assert 'id="operation-items"' in page and "Queue" in page
     assert Stack.objects.get(stack_name="Shop").resource_count == 2  # the re-sync mirrored the trimmed record
+
+
+def test_it_shows_the_destroy_options_to_the_approver_and_records_them(aws, queue, shop, monkeypatch):
+    """The protection seam of engine.providers is a test double here (`set_protection` and
+    `read_protection` over a dict): this tests the request, the pages and the runner's calls,
+    not the providers."""
+    import engine.providers as providers
+    from stacks.models import AuditEvent
+
+    dynamodb = aws.account_session(A1).client("dynamodb", region_name=REGION, endpoint_url=aws.moto.url)
+    dynamodb.create_table(
+        TableName="shop-orders",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    body = aws.get(A1, BUCKET, STATE)
+    import json
+
+    record = json.loads(body)
+    del record["resources"]["Ghost"]
+    record["resources"]["Orders"] = {
+        "physicalId": "shop-orders",
+        "resourceType": "AWS::DynamoDB::Table",
+        "properties": {"TableName": "shop-orders", "DeletionProtectionEnabled": True},
+        "attributes": {},
+    }
+    aws.put(A1, BUCKET, STATE, record)
+    sync_account(shop["account"])
+    guards, calls = {"shop-orders": True}, []
+    monkeypatch.setattr(providers, "PROTECTION_TYPES", frozenset({"AWS::DynamoDB::Table"}), raising=False)
+    monkeypatch.setattr(providers, "read_protection", lambda clients, ref: guards.get(ref.physical_id), raising=False)
+    monkeypatch.setattr(
+        providers,
+        "set_protection",
+        lambda clients, ref, enabled: (
+            calls.append((ref.logical_id, enabled)) or guards.update({ref.physical_id: enabled})
+        ),
+        raising=False,
+    )
+    olivia, arthur = Client(), Client()
+    olivia.force_login(shop["people"]["olivia"])
+    arthur.force_login(shop["people"]["arthur"])
+    url = reverse("operation_new", args=[A1, REGION, "Shop", "destroy"])
+
+    preview = olivia.get(url, {"remove_protection": "on", "skip_final_snapshot": "on"})
+    assert preview.status_code == 200, preview.content[:2000]
+    page = preview.content.decode()
+    assert 'id="id_remove_protection_plan" checked' in page and 'id="destroy-options"' in page
+    rows = {r["logical_id"]: r for r in preview.context["destroy_rows"]}
+    assert rows["Orders"]["remove_protection"] is True and rows["Orders"]["looks_protected"] is True
+    assert 'name="remove_protection" value="on"' in page.split('id="confirm"', 1)[1]  # carried to the POST
+
+    response = olivia.post(
+        url,
+        {"remove_protection": "on", "skip_final_snapshot": "on", "plan_digest": preview.context["digest"],
+         "confirm_name": "Shop"},
+    )  # fmt: skip
+    assert response.status_code == 302
+    op = Operation.objects.get()
+    assert op.params == {"remove_protection": True, "skip_final_snapshot": True}
+    requested = AuditEvent.objects.get(action="operation.requested", operation=op)
+    assert requested.details["options"]["remove_protection"] is True
+    assert requested.details["options"]["skip_final_snapshot"] is True
+
+    approver_page = arthur.get(reverse("operation", args=[op.pk])).content.decode()
+    assert 'id="decide-remove-protection"' in approver_page and 'id="decide-skip-snapshot"' in approver_page
+    assert "turned off right before each delete" in approver_page
+
+    assert arthur.post(reverse("operation_decide", args=[op.pk]), {"decision": "approve"}).status_code == 302
+    SimpleWorker([queue], connection=queue.connection).work(burst=True)
+
+    op.refresh_from_db()
+    assert op.status == OperationStatus.SUCCEEDED, (op.error, op.result)
+    assert calls == [("Orders", False)]  # turned off once; the delete went through, nothing put back
+    assert "shop-orders" not in dynamodb.list_tables()["TableNames"]

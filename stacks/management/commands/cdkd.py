@@ -118,6 +118,28 @@ class Command(BaseCommand):
         destroy.add_argument("--account", required=True)
         destroy.add_argument("--stack-region", required=True)
         destroy.add_argument("--concurrency", type=int, default=8, help="deletes at once (default 8)")
+        destroy.add_argument(
+            "--skip-final-snapshot", action="store_true", help="delete DeletionPolicy Snapshot resources without one"
+        )
+        destroy.add_argument(
+            "--remove-protection",
+            action="store_true",
+            help="turn deletion protection off before each delete (every protection-bearing type)",
+        )
+        destroy.add_argument(
+            "--resource-timeout",
+            action="append",
+            default=[],
+            metavar="DURATION|TYPE=DURATION",
+            help="fail a delete still running after this (default: CDKD_DESTROY_RESOURCE_TIMEOUT_SECONDS, 30m)",
+        )
+        destroy.add_argument(
+            "--resource-warn-after",
+            action="append",
+            default=[],
+            metavar="DURATION|TYPE=DURATION",
+            help="warn about a delete still running after this (default 5m)",
+        )
         destroy.add_argument("--yes", action="store_true")
         destroy.add_argument("--json", action="store_true")
         restore = st_sub.add_parser("restore", help="make an earlier S3 version of the record current")
@@ -458,6 +480,8 @@ class Command(BaseCommand):
                 self.stdout.write("Nothing changed: pass --yes to do it.")
                 return
         op = run_direct(kind, account, stack, region, params, actor=actor, plan=plan)
+        # an outcome with counts: the run happened (a refusal or a crash records none)
+        self._destroy_ran = kind == "destroy" and bool(((op.result or {}).get("details") or {}).get("counts"))
         for entry in op.log:
             if entry.get("level") in ("warning", "error"):
                 self.stderr.write(f"{entry['level']}: {entry['message']}")
@@ -485,11 +509,35 @@ class Command(BaseCommand):
         raise CommandError(op.error or f"operation #{op.pk} {op.status}")
 
     def do_state_destroy(self, o: dict) -> None:
+        from engine.destroy.retry import parse_deadline_flags
+        from stacks.forms import destroy_deadline_params
+
         account = self.account(o["account"])
         if o["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
-        params = {"concurrency": o["concurrency"]}
-        self._operate("destroy", account, o["stack"], o["stack_region"], params, o["yes"], as_json=o["json"])
+        params: dict[str, Any] = {"concurrency": o["concurrency"]}
+        for option in ("skip_final_snapshot", "remove_protection"):
+            if o[option]:
+                params[option] = True
+        params |= destroy_deadline_params()  # the settings, unless a flag says otherwise
+        self._destroy_ran = False
+        flags = (("--resource-timeout", "resource_timeout"), ("--resource-warn-after", "resource_warn_after"))
+        for flag, name in flags:
+            try:
+                given = parse_deadline_flags(o[name], flag=flag)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            if given:
+                base = params.get(name)
+                params[name] = ({"default": base} if base is not None else {}) | given
+        try:
+            self._operate("destroy", account, o["stack"], o["stack_region"], params, o["yes"], as_json=o["json"])
+        except CommandError as exc:
+            # cdkd's exit codes: 2 whenever a run ended with errors or skips (a run that only
+            # failed included), 1 for a refusal or a run that could not start.
+            if exc.returncode == 1 and self._destroy_ran:
+                raise CommandError(str(exc), returncode=2) from None
+            raise
 
     def do_force_unlock(self, o: dict) -> None:
         account = self.account(o["account"])
