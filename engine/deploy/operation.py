@@ -33,7 +33,7 @@ from engine.deploy.assembly import Assembly, open_assembly
 from engine.deploy.plan import StateLocation, compute_plan, plan_stack_artifact
 from engine.deploy.rollback import finish_rollback, read_journal
 from engine.deploy.run import DEFAULT_CONCURRENCY, PLAN_CHANGED, STATEFUL_CONSENT, Deployer, DeployFailed
-from engine.errors import EngineError, NotFound
+from engine.errors import NotFound
 from engine.operations import Context, OperationRefused, Outcome, Plan, register
 from engine.schema import parse_state
 

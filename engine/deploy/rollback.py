@@ -353,7 +353,6 @@ class Executor:
         report.reverted.append(lid)
         return True
 
-
     def _failed(self, op: dict[str, Any], report: RollbackReport) -> bool:
         """A failed op of the journal (`--revert-failed`): its write may have landed."""
         lid = str(op.get("logicalId"))

@@ -18,10 +18,10 @@ import pytest
 from engine.deploy.run import DeployFailed
 from engine.providers import deploy_provider_for
 from engine.providers.base import ProviderError
-from tests.deploy.test_deploy_command import APP, A1, BUCKET, JOURNAL, JSON_KEYS, KEY, LOCK, REGION, SAMPLE, run, sqs
+from stacks.models import Operation
+from tests.deploy.test_deploy_command import A1, APP, BUCKET, JOURNAL, JSON_KEYS, KEY, LOCK, REGION, SAMPLE, run, sqs
 from tests.deploy.test_deploy_command import world as world  # noqa: F401,PLC0414 - the fixture
 from tests.deploy.test_run import context, deployer, golden_template
-from stacks.models import Operation
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +35,9 @@ def deploy(*extra: str, app: str = APP) -> tuple[int, dict[str, Any], str]:
 
 
 def rollback(*extra: str) -> tuple[int, dict[str, Any], str]:
-    code, out, err = run("rollback", "GoldenCdkStack", "--account", A1, "--stack-region", REGION, "--yes", "--json", *extra)
+    code, out, err = run(
+        "rollback", "GoldenCdkStack", "--account", A1, "--stack-region", REGION, "--yes", "--json", *extra
+    )
     return code, json.loads(out), err
 
 
