@@ -97,6 +97,18 @@ def add_deploy_parsers(sub: Any) -> None:
     rollback.add_argument("stack", metavar="STACK")
     rollback.add_argument("--account", required=True)
     rollback.add_argument("--stack-region", required=True)
+    rollback.add_argument(
+        "--orphan",
+        action="append",
+        default=[],
+        metavar="LOGICAL_ID",
+        help="leave this resource in AWS, untracked (repeatable): a created one's row is dropped",
+    )
+    rollback.add_argument(
+        "--revert-failed",
+        action="store_true",
+        help="also revert the ops that failed mid-deploy (their write may have landed)",
+    )
     rollback.add_argument("--yes", action="store_true")
     rollback.add_argument("--json", action="store_true")
 
@@ -178,14 +190,22 @@ def run_rollback(command: Any, o: dict[str, Any]) -> None:
 
     account: Account = command.account(o["account"])
     region = o["stack_region"]
-    params = {"account": account.account_id}
+    params: dict[str, Any] = {"account": account.account_id}
+    if o["orphan"]:
+        params["orphan"] = list(dict.fromkeys(o["orphan"]))
+    if o["revert_failed"]:
+        params["revert_failed"] = True
     actor = cli_actor()
     try:
         plan = compute_plan(account, "rollback", o["stack"], region, params, actor)
-    except EngineError as exc:
+    except EngineError as exc:  # OperationRefused: a journal newer than 1, an --orphan it does not hold
+        if o["json"]:
+            command.emit({"stack": o["stack"], "region": region, "result": "refused", "errors": [str(exc)]})
         raise CommandError(str(exc), returncode=1) from None
     if not o["yes"]:
         command.stdout.write(f"Plan ({plan.digest}): {plan.summary}")
+        for change in plan.changes:
+            command.stdout.write(f"  {change['action']} {change['logicalId']} ({change.get('message')})")
         command.stdout.write("Nothing changed: pass --yes to roll back.")
         return
     op = run_direct("rollback", account, o["stack"], region, params, actor=actor, plan=plan)
@@ -200,6 +220,7 @@ def run_rollback(command: Any, o: dict[str, Any]) -> None:
                 "result": details.get("result") or op.status,
                 "reverted": report.get("reverted", []),
                 "already": report.get("already", []),
+                "orphaned": report.get("orphaned", []),
                 "warnings": report.get("warnings", []),
                 "failures": report.get("failures", []),
                 "stateDeleted": bool(details.get("state_deleted")),

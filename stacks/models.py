@@ -608,6 +608,9 @@ class Operation(models.Model):
     requester_name = models.CharField(max_length=255, help_text="username, or cli:<os user>")
     via = models.CharField(max_length=8, default="web", help_text="web or cli")
     params = models.JSONField(default=dict, blank=True)
+    # The parameters the kind's spec names `secret_params` (a deploy's template parameters),
+    # encrypted at rest like record bodies; `all_params` gives the engine both.
+    secret_params = EncryptedJSONField(default=dict, blank=True)
     # Why the requester asks (free text or a ticket reference); shown to approvers, audited.
     reason = models.CharField(max_length=500, blank=True)
     # "Run again" of a partial or failed operation: the one it repeats.
@@ -647,6 +650,11 @@ class Operation(models.Model):
     @property
     def region_slug(self) -> str:
         return self.region or "legacy"
+
+    @property
+    def all_params(self) -> dict:
+        """The clear parameters and the decrypted secret ones (pages mask them on display)."""
+        return {**(self.params or {}), **(self.secret_params or {})}
 
 
 def min_approvers(kind: str) -> int:

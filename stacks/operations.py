@@ -90,13 +90,26 @@ def lock_operation_id(op: Operation) -> str:
     return f"op-{op.pk}-{token}"
 
 
+def split_params(kind: str, params: dict) -> tuple[dict, dict]:
+    """(the parameters stored in the clear, those the spec names in `secret_params`, which
+    are stored encrypted in `Operation.secret_params`)."""
+    secret_names = getattr(spec_for(kind), "secret_params", ())
+    plain = {k: v for k, v in params.items() if k not in secret_names}
+    return plain, {k: v for k, v in params.items() if k in secret_names}
+
+
+def all_params(op: Operation) -> dict:
+    """What the engine is given: the clear parameters and the decrypted secret ones."""
+    return op.all_params
+
+
 def _context(op: Operation, *, log=None, progress=None, cancel_event=None) -> Context:
     ctx = Context(
         bucket=open_bucket(op.account, f"op-{op.pk or 'plan'}"),
         layout=KeyLayout(op.account.prefix),
         stack=op.stack_name,
         region=op.region,
-        params=op.params,
+        params=all_params(op),
         operation_id=lock_operation_id(op),
         person=op.requester_name,
         host=socket.gethostname(),
@@ -181,6 +194,7 @@ def request_operation(
     if rerun_of is not None:
         details["rerun_of"] = rerun_of.pk
         details["same_plan"] = same_plan
+    plain, secret = split_params(kind, params)
     with transaction.atomic():
         op = Operation.objects.create(
             kind=kind,
@@ -189,7 +203,8 @@ def request_operation(
             region=region,
             requested_by=user,
             requester_name=_actor_name(user),
-            params=params,
+            params=plain,
+            secret_params=secret,
             reason=reason,
             rerun_of=rerun_of,
             plan=plan.as_json(),
@@ -237,23 +252,35 @@ def run_again(user, op: Operation, *, client_address: str | None = None) -> Oper
     a new plan of what is there now; new approvals only when that plan differs."""
     if not has_role(user, op.account, Role.OPERATOR):
         raise PermissionDenied(f"You need the operator role on {op.account} to run this again")
-    if op.status not in (OperationStatus.PARTIAL, OperationStatus.FAILED) or op.result.get("abandoned"):
+    if op.status not in (OperationStatus.PARTIAL, OperationStatus.FAILED) or (
+        op.result.get("abandoned") and not replans_after_abandon(op)
+    ):
         raise OperationRefused(
             f"Operation #{op.pk} is {op.get_status_display().lower()}: only a partial or failed one runs again"
         )
     reason = op.reason or ""
     reason = (f"Run again of #{op.pk}" + (f": {reason}" if reason else ""))[:500]
+    spec = spec_for(op.kind)
+    params = all_params(op)
+    if hasattr(spec, "rerun_params"):
+        params = spec.rerun_params(params)
     return request_operation(
         user,
         op.account,
         op.kind,
         op.stack_name,
         op.region,
-        dict(op.params or {}),
+        params,
         client_address=client_address,
         reason=reason,
         rerun_of=op,
     )
+
+
+def replans_after_abandon(op: Operation) -> bool:
+    """An abandoned operation of a kind whose killed run moved the record (a deploy): queued
+    again as it was it could only refuse, so "Run again" plans it anew instead."""
+    return bool(op.result.get("abandoned")) and bool(getattr(spec_for(op.kind), "rerun_after_abandon", False))
 
 
 def valid_approvals(op: Operation, *, at=None) -> list[Approval]:
@@ -553,6 +580,7 @@ def run_direct(
     """A management command's operation: recorded like a web one, run at once in this
     process (the person at the server's shell is trusted as an admin)."""
     plan = plan or compute_plan(account, kind, stack_name, region, params, actor)
+    plain, secret = split_params(kind, params)
     with transaction.atomic():
         op = Operation.objects.create(
             kind=kind,
@@ -561,7 +589,8 @@ def run_direct(
             region=region,
             requester_name=actor,
             via="cli",
-            params=params,
+            params=plain,
+            secret_params=secret,
             plan=plan.as_json(),
             plan_digest=plan.digest,
             plan_etag=plan.etag or "",
@@ -653,12 +682,13 @@ def can(user, op: Operation, action: str) -> bool:
         return (
             op.status == OperationStatus.FAILED
             and bool(op.result.get("abandoned"))
+            and not replans_after_abandon(op)
             and rank >= Role.rank(Role.APPROVER)
         )
     if action == "run_again":
         return (
             op.status in (OperationStatus.PARTIAL, OperationStatus.FAILED)
-            and not op.result.get("abandoned")
+            and (not op.result.get("abandoned") or replans_after_abandon(op))
             and rank >= Role.rank(Role.OPERATOR)
         )
     return False

@@ -11,8 +11,16 @@ the worker needs no assembly unless file assets are to be published.
 
 `Deploy.execute` runs `engine.deploy.run.Deployer` with the approved digest and ETag: under
 cdkd's lock it recomputes and refuses "plan changed, re-approval required" on a difference.
-`Rollback` is cdkd's `rollback` of a leftover journal (`engine.deploy.rollback`).
-No Django here.
+Before any of that the worker re-reads the record and refuses, in words, a record whose body
+names another region than its key and the plan (its resources may be there, not here), and a
+plan whose region is not the operation's or the assembly's pinned one.
+
+`Rollback` is cdkd's `rollback` of a leftover journal (`engine.deploy.rollback`), with
+cdkd's `--orphan` and `--revert-failed` as `params["orphan"]` / `params["revert_failed"]`.
+
+The template parameters (`params["parameters"]`) are named in `secret_params`: the Django
+side keeps them encrypted at rest, apart from the other parameters, and hands them back in
+`ctx.params` to the plan and the run. No Django here.
 """
 
 from __future__ import annotations
@@ -51,6 +59,35 @@ def load_assembly(params: dict[str, Any]) -> Assembly:
     return assembly
 
 
+def region_refusal(ctx: Context, plan_region: str | None, pinned: str | None = None) -> str | None:
+    """Why a deploy planned for `plan_region` must not run in `ctx.region` against the record
+    there, in one line, or None: the operation runs in another region than its plan, the
+    assembly pins another region, or the record at the region's key says in its body that it
+    (and its resources) belongs to another region."""
+    region = ctx.region
+    if plan_region != region:
+        return f"the plan was computed for region {plan_region}, but the operation runs in {region}; plan again"
+    if pinned and pinned != region:
+        return f"stack {ctx.stack} is synthesized for region {pinned}, not {region}; plan it for {pinned}"
+    key = ctx.layout.state_key(ctx.stack, region or "")
+    try:
+        stored = ctx.bucket.get(key)
+    except NotFound:
+        return None
+    try:
+        data = json.loads(stored.body)
+    except ValueError:
+        return None  # unreadable: the plan's own checks refuse it by name
+    body_region = data.get("region") if isinstance(data, dict) else None
+    if isinstance(body_region, str) and body_region and body_region != region:
+        return (
+            f"{key} is stored under region {region} but its body says region {body_region}: its resources may be "
+            f"in {body_region}, and a deploy here would create them again in {region}. Refusing; correct the "
+            f"record's region field to match its key, or deploy the stack to {body_region}"
+        )
+    return None
+
+
 def _changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The plan's actions for people, stateful replacements first, then replacements."""
 
@@ -72,6 +109,17 @@ class Deploy:
     kind = "deploy"
     label = "Deploy"
     cancellable = True
+    # kept encrypted at rest by the Django side (a template parameter may be a password)
+    secret_params = ("parameters",)
+    # a killed deploy has moved the record since its approval, so queueing it again as it was
+    # can only refuse: "Run again" plans anew (a new approval when the plan differs)
+    rerun_after_abandon = True
+
+    def rerun_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A run again is planned from the record as it is now, not from the plan page's ETag."""
+        out = dict(params)
+        out.pop("deploy_plan_etag", None)
+        return out
 
     def plan(self, ctx: Context) -> Plan:
         p = ctx.params
@@ -81,6 +129,9 @@ class Deploy:
         assembly = load_assembly(p)
         artifact = assembly.stack(ctx.stack)
         artifact.check_account(account)
+        refusal = region_refusal(ctx, ctx.region, artifact.environment.region)
+        if refusal:
+            raise OperationRefused(refusal)
         template = artifact.template
         key = ctx.layout.state_key(ctx.stack, ctx.region)
         try:
@@ -166,6 +217,7 @@ class Deploy:
                 "noRollback": bool(p.get("no_rollback")),
                 "concurrency": int(p.get("concurrency") or DEFAULT_CONCURRENCY),
                 "fileAssets": file_assets,
+                "pinnedRegion": artifact.environment.region,
                 # a string: a jsonb column reorders keys, and the template's order is the plan's order
                 "template": json.dumps(template, ensure_ascii=False),
                 "constructPaths": artifact.construct_paths,
@@ -176,6 +228,11 @@ class Deploy:
         d = plan.data
         if d.get("statefulReplacements") and not d.get("statefulConsent"):
             raise OperationRefused("the plan has a stateful replacement and was not approved with consent")
+        # re-read before anything is published or locked: a region the record disagrees with
+        # is refused in words (the ETag check under the lock catches a change after this read)
+        refusal = region_refusal(ctx, plan.region, d.get("pinnedRegion"))
+        if refusal:
+            raise OperationRefused(refusal)
         deployer = Deployer()
         if d.get("fileAssets"):
             from engine.deploy.assets import publish_file_assets
@@ -189,7 +246,8 @@ class Deploy:
                 account=d["account"],
                 region=ctx.region,
             )
-            ctx.log("info", f"file assets: {sum(1 for p in published if p.status == 'uploaded')} uploaded")
+            uploaded = sum(1 for p in published if p.outcome == "uploaded")
+            ctx.log("info", f"file assets: {uploaded} uploaded, {len(published) - uploaded} already there")
         items: dict[str, dict[str, Any]] = {
             c["logicalId"]: {"status": "pending", "action": c["action"], "type": c.get("resourceType")}
             for c in plan.changes
@@ -236,9 +294,16 @@ class Deploy:
         if failed_message:
             status = "failed"
         body = result.as_json()
+        if result.result == "partial":
+            # what was left unaddressed (cdkd's exit 2): each skipped delete, with its reason
+            body["errors"] = list(body["errors"]) + [
+                next((w for w in result.warnings if w.startswith(f"{lid}: ")), f"{lid}: skipped")
+                for lid in result.skipped
+            ]
         summary = failed_message or (
             f"{len(result.created)} created, {len(result.updated)} updated, {len(result.replaced)} replaced, "
             f"{len(result.deleted)} deleted, {len(result.unchanged)} unchanged"
+            + (f", {len(result.skipped)} left unaddressed" if result.skipped else "")
         )
         if result.result == "cancelled":
             summary = "the deploy was cancelled; nothing was rolled back (a rollback finishes the journal)"
@@ -257,6 +322,14 @@ class Deploy:
         )
 
 
+def _logical_ids(value: Any) -> list[str]:
+    if value in (None, ""):
+        return []
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise OperationRefused("orphan must be a list of logical ids")
+    return list(dict.fromkeys(value))
+
+
 class Rollback:
     kind = "rollback"
     label = "Roll back"
@@ -267,31 +340,64 @@ class Rollback:
             raise OperationRefused("rollback needs the stack's region")
         journal = read_journal(ctx, ctx.region)
         segments = list((journal or {}).get("segments") or [])
+        orphan = _logical_ids(ctx.params.get("orphan"))
+        revert_failed = bool(ctx.params.get("revert_failed"))
         try:
             etag = ctx.bucket.get(ctx.layout.state_key(ctx.stack, ctx.region)).etag
         except NotFound:
             etag = None
-        changes = [
-            {"action": "revert", "logicalId": op.get("logicalId"), "message": f"{op.get('changeType', '')}"}
-            for seg in reversed(segments)
-            for op in reversed(list(seg.get("operations") or []))
+        changes = []
+        for seg in reversed(segments):
+            ops = [(op, "revert-failed") for op in reversed(list(seg.get("failedOperations") or [])) if revert_failed]
+            ops += [(op, "revert") for op in reversed(list(seg.get("operations") or []))]
+            for op, action in ops:
+                if not isinstance(op, dict):
+                    continue
+                lid = op.get("logicalId")
+                changes.append(
+                    {
+                        "action": "orphan" if lid in orphan and op.get("changeType") != "DELETE" else action,
+                        "logicalId": lid,
+                        "resourceType": op.get("resourceType"),
+                        "message": f"{op.get('changeType', '')}",
+                    }
+                )
+        journaled = {
+            op.get("logicalId")
+            for seg in segments
+            for op in list(seg.get("failedOperations") or []) + list(seg.get("operations") or [])
             if isinstance(op, dict)
-        ]
+        }
+        unknown = [lid for lid in orphan if lid not in journaled]
+        if unknown:
+            raise OperationRefused(
+                f"--orphan names {', '.join(unknown)}, which the rollback journal of {ctx.stack} ({ctx.region}) "
+                "does not hold"
+            )
+        options = (["revert failed ops"] if revert_failed else []) + ([f"orphan {', '.join(orphan)}"] if orphan else [])
         return Plan(
             kind=self.kind,
             stack=ctx.stack,
             region=ctx.region,
             etag=etag,
             summary=f"roll back {ctx.stack} ({ctx.region}): {len(segments)} journal segment(s), "
-            f"{len(changes)} operation(s)"
+            f"{len(changes)} operation(s)" + (f" ({'; '.join(options)})" if options else "")
             if segments
             else f"{ctx.stack} ({ctx.region}) has no rollback journal: nothing to roll back",
             changes=changes,
-            data={"account": str(ctx.params.get("account") or ""), "segments": len(segments)},
+            data={
+                "account": str(ctx.params.get("account") or ""),
+                "segments": len(segments),
+                "orphan": orphan,
+                "revertFailed": revert_failed,
+            },
         )
 
     def execute(self, ctx: Context, plan: Plan) -> Outcome:
-        result = finish_rollback(ctx, account=plan.data["account"])
+        d = plan.data
+        result = finish_rollback(
+            ctx, account=d["account"], orphan=list(d.get("orphan") or []), revert_failed=bool(d.get("revertFailed"))
+        )
         report = result.report.as_dict()
         status = "succeeded" if result.exit_code == 0 else "partial"
         summary = (

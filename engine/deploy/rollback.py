@@ -24,7 +24,13 @@ with `skip-mismatch`, `Retain` keeps the AWS resource and drops the row; an in-p
 is reverted by a provider update back to `previousState.properties`; a replacement is
 undone by deleting the new resource and restoring the old row, re-creating the old
 resource first unless the deploy kept it alive; a DELETE cannot be undone:
-`unrecoverable-delete`). The failed op itself is not touched.
+`unrecoverable-delete`). The failed op itself is not touched by the automatic rollback.
+
+`finish_rollback` takes cdkd's two `rollback` options: `orphan` (a logical id left in AWS:
+a CREATE's row is dropped, an UPDATE keeps its row) and `revert_failed` (each segment's
+failed ops first: a failed UPDATE is forced back to `previousState` with its
+`attemptedProperties` as the current side, since the write may have landed; a failed CREATE
+that recorded a physical id is deleted unless `Retain`; a failed DELETE needs nothing).
 """
 
 from __future__ import annotations
@@ -185,11 +191,13 @@ class RollbackReport:
     already: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # "<logicalId>: <code> ..."
     failures: list[str] = field(default_factory=list)
+    orphaned: list[str] = field(default_factory=list)  # left in AWS on request (--orphan)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "reverted": self.reverted,
             "already": self.already,
+            "orphaned": self.orphaned,
             "warnings": self.warnings,
             "failures": self.failures,
         }
@@ -233,7 +241,9 @@ class Executor:
         provider_for: Any = deploy_provider_for,
         log: Any = lambda level, message: None,
         event: Any = None,
+        orphan: frozenset[str] | set[str] = frozenset(),
     ) -> None:
+        self.orphan = frozenset(orphan)
         self.event = event  # (event_type, **fields) -> None: cdkd's ROLLBACK_RESOURCE_* events
         self.rows = rows
         self.clients = clients
@@ -254,9 +264,13 @@ class Executor:
             provisioned_by=state.get("provisionedBy"),
         )
 
-    def replay(self, operations: list[dict[str, Any]]) -> RollbackReport:
+    def replay(self, operations: list[dict[str, Any]], failed: list[dict[str, Any]] = ()) -> RollbackReport:  # type: ignore[assignment]
+        """`failed`: the segment's failed ops to revert first (`--revert-failed`)."""
         report = RollbackReport()
-        for op in _order(operations, self.rows):
+        todo = [(op, True) for op in reversed(list(failed))] + [(op, False) for op in _order(operations, self.rows)]
+        for op, was_failed in todo:
+            if not isinstance(op, dict):
+                continue
             lid = str(op.get("logicalId"))
             fields = {
                 "operation": op.get("changeType"),
@@ -265,7 +279,7 @@ class Executor:
                 "provisionedBy": op.get("provisionedBy"),
             }
             try:
-                changed = self._one(op, report)
+                changed = self._failed(op, report) if was_failed else self._one(op, report)
             except (ProviderError, Skip, EngineError) as exc:
                 report.failures.append(f"{lid}: {exc}")
                 self.log("error", f"rollback of {lid} failed: {exc}")
@@ -285,6 +299,12 @@ class Executor:
         if change == "DELETE":
             report.warnings.append(f"{lid}: unrecoverable-delete (a deleted resource cannot be restored)")
             return False
+        if lid in self.orphan:
+            report.orphaned.append(lid)
+            if change == "CREATE" and row is not None:
+                del self.rows[lid]  # left in AWS, no longer tracked
+                return True
+            return False  # an UPDATE keeps its row
         if change == "CREATE":
             if row is None:
                 report.already.append(lid)
@@ -330,6 +350,41 @@ class Executor:
         new_provider = self.provider_for(str(row.get("resourceType")), row.get("provisionedBy"))
         new_provider.delete(self.clients, self._ref(lid, row))
         self.rows[lid] = restored
+        report.reverted.append(lid)
+        return True
+
+    def _failed(self, op: dict[str, Any], report: RollbackReport) -> bool:
+        """A failed op of the journal (`--revert-failed`): its write may have landed."""
+        lid = str(op.get("logicalId"))
+        change = op.get("changeType")
+        row = self.rows.get(lid)
+        if change == "DELETE":
+            return False  # the resource is still there, or it is gone: nothing to undo either way
+        if lid in self.orphan:
+            report.orphaned.append(lid)
+            return False
+        if change == "CREATE":
+            pid = op.get("physicalId")
+            if not pid:
+                report.already.append(lid)  # nothing was recorded as made
+                return False
+            state = row if row is not None and row.get("physicalId") == pid else {**op, "properties": {}}
+            if state.get("deletionPolicy") not in RETAIN:
+                provider = self.provider_for(str(op.get("resourceType")), op.get("provisionedBy"))
+                provider.delete(self.clients, self._ref(lid, state))
+            if row is not None and row.get("physicalId") == pid:
+                del self.rows[lid]
+            report.reverted.append(lid)
+            return True
+        previous = op.get("previousState")
+        if not isinstance(previous, dict) or "attemptedProperties" not in op:
+            report.warnings.append(f"{lid}: the failed update recorded no previous state or attempt; left as it is")
+            return False
+        # forced back: the attempted bag is what AWS may hold now, the previous one what it held
+        current = dict(previous, properties=dict(op.get("attemptedProperties") or {}))
+        provider = self.provider_for(str(previous.get("resourceType")), previous.get("provisionedBy"))
+        provider.update(self.clients, self._ref(lid, current), dict(previous.get("properties") or {}), self.target)
+        self.rows[lid] = previous
         report.reverted.append(lid)
         return True
 
@@ -392,12 +447,19 @@ class RollbackResult:
 
 
 def finish_rollback(
-    ctx: Context, *, account: str, clients: Any = None, provider_for: Any = deploy_provider_for
+    ctx: Context,
+    *,
+    account: str,
+    clients: Any = None,
+    provider_for: Any = deploy_provider_for,
+    orphan: tuple[str, ...] | list[str] = (),
+    revert_failed: bool = False,
 ) -> RollbackResult:
     """cdkd's `rollback` (4.4): under the lock (operation `rollback`), replay the journal's
-    segments newest first, saving state after every op (`If-Match`); pop each segment that
-    replayed cleanly; delete state.json when the oldest segment was the stack's first deploy
-    and no rows remain; delete the journal when it is empty."""
+    segments newest first (with `revert_failed`, each segment's failed ops first), saving
+    state after every op (`If-Match`); pop each segment that replayed cleanly; delete
+    state.json when the oldest segment was the stack's first deploy and no rows remain;
+    delete the journal when it is empty. `orphan`: logical ids left in AWS."""
     if ctx.region is None:
         raise OperationRefused("rollback needs the stack's region")
     region = ctx.region
@@ -439,17 +501,25 @@ def finish_rollback(
                 holder["etag"] = ctx.bucket.put(key, raw, if_match=holder["etag"]).etag
 
         executor = Executor(
-            rows=rows, clients=clients, target=target, save=save, provider_for=provider_for, log=ctx.log
+            rows=rows,
+            clients=clients,
+            target=target,
+            save=save,
+            provider_for=provider_for,
+            log=ctx.log,
+            orphan=set(orphan),
         )
         segments = list(journal["segments"])
         oldest = segments[0]
         clean_all = True
         while segments:
             segment = segments[-1]
-            report = executor.replay(list(segment.get("operations") or []))
+            failed = list(segment.get("failedOperations") or []) if revert_failed else []
+            report = executor.replay(list(segment.get("operations") or []), failed)
             result.segments_replayed += 1
             result.report.reverted += report.reverted
             result.report.already += report.already
+            result.report.orphaned += report.orphaned
             result.report.warnings += report.warnings
             result.report.failures += report.failures
             if report.failures:

@@ -652,7 +652,7 @@ def operation_retry(request: AuthedRequest, op_id: int) -> HttpResponse:
     or failed one is requested again with a new plan (operators), approved anew only when
     that plan differs."""
     op = _get_operation_or_404(request, op_id)
-    if not (isinstance(op.result, dict) and op.result.get("abandoned")):
+    if not (isinstance(op.result, dict) and op.result.get("abandoned")) or operations.replans_after_abandon(op):
         return _run_again(request, op)
     if not has_role(request.user, op.account, Role.APPROVER):
         return _refused_on_page(request, op, f"You need the approver role on {op.account} to run this again.", 403)
