@@ -759,6 +759,7 @@ class _Run:
             self._call(op, lambda: old_provider.delete(self.clients, old_ref), delete=True)
         except (ProviderError, Skip) as exc:
             op.old_retained = True
+            self.result.skipped.append(lid)  # cdkd counts an old resource left behind as partial (exit 2)
             self.result.warnings.append(
                 f"{lid}: the replaced resource {previous.get('physicalId')} could not be deleted ({exc}); "
                 "it is no longer tracked: delete it by hand"

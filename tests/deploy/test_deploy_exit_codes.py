@@ -197,3 +197,31 @@ def test_rollback_revert_failed_forces_a_failed_update_back(world, aws):  # noqa
     assert visibility(world, before["physicalId"]) == "45"
     assert json.loads(world.get(A1, BUCKET, KEY))["resources"][QUEUE] == before
     assert world.etag(A1, BUCKET, JOURNAL) is None
+
+
+def test_it_exits_2_when_a_replaced_resource_cannot_be_deleted(world, tmp_path, monkeypatch):  # noqa: F811
+    """cdkd counts a replacement whose old resource is left behind as partial: the new queue is
+    recorded, the old one is named in the errors and stays in AWS. The old queue's delete is
+    made to fail at the provider (the runner's accounting is what is under test)."""
+    assert deploy()[0] == 0
+    old_url = json.loads(world.get(A1, BUCKET, KEY))["resources"][QUEUE]["physicalId"]
+    app = tmp_path / "cdk.out"
+    shutil.copytree(APP, app)
+    path = app / "GoldenCdkStack.template.json"
+    template = json.loads(path.read_text())
+    template["Resources"][QUEUE]["Properties"]["QueueName"] = "golden-renamed"  # create-only: replace
+    path.write_text(json.dumps(template))
+    provider = deploy_provider_for("AWS::SQS::Queue")
+
+    def refuse(self, clients, ref, **kwargs):
+        raise ProviderError(f"{ref.logical_id}: AccessDenied on DeleteQueue", aws_code="AccessDenied")
+
+    monkeypatch.setattr(type(provider), "delete", refuse)
+    code, body, message = deploy(app=str(app))
+    assert code == 2, message
+    assert body["result"] == "partial" and QUEUE in body["replaced"]  # (its subscription too)
+    assert [e.split(":")[0] for e in body["errors"]] == [QUEUE] and old_url in body["errors"][0]
+    stored = json.loads(world.get(A1, BUCKET, KEY))
+    assert stored["resources"][QUEUE]["physicalId"].endswith("/golden-renamed")
+    left = [u.rsplit("/", 1)[-1] for u in sqs(world).list_queues()["QueueUrls"]]
+    assert old_url.rsplit("/", 1)[-1] in left  # left behind, as reported

@@ -193,7 +193,7 @@ def test_template_parameters_are_encrypted_in_the_row_and_reach_the_worker(world
 def test_the_migration_moves_existing_deploy_parameters_into_the_encrypted_column():
     executor = MigrationExecutor(connection)
     leaves = executor.loader.graph.leaf_nodes("stacks")
-    before, target = [("stacks", "0014_deploy_operation_kinds")], [("stacks", "0015_encrypt_operation_parameters")]
+    before, target = [("stacks", "0015_stack_journal")], [("stacks", "0016_encrypt_operation_parameters")]
     try:
         executor.migrate(before)
         old = MigrationExecutor(connection).loader.project_state(before).apps

@@ -430,15 +430,9 @@ CASES = [
 ]
 
 
-# engine/deploy/operation.py counts published assets by `p.status`; `Published` names it
-# `outcome`, so every deploy with a file asset fails before the run. Strict: this turns into
-# a failure the day that line is fixed, and the marker goes.
-ASSET_BUG = pytest.mark.xfail(strict=True, raises=AttributeError, reason="operation.py reads Published.status")
-
-
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, id=c.id, marks=[ASSET_BUG] if c.id == "lambda-function-file-asset" else []) for c in CASES],
+    [pytest.param(c, id=c.id) for c in CASES],
 )
 def test_it_deploys_updates_replaces_and_removes(case, aws, bucket, tmp_path):  # noqa: F811
     run_lifecycle(case, aws, bucket, tmp_path)

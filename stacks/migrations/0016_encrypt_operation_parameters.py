@@ -44,7 +44,7 @@ def unseal(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("stacks", "0014_deploy_operation_kinds"),
+        ("stacks", "0015_stack_journal"),
     ]
 
     operations = [
