@@ -284,6 +284,10 @@ CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 CDKD_OPERATION_ABANDON_SECONDS = envint("CDKD_OPERATION_ABANDON_SECONDS", "90", minimum=1)
 # The TTL of the cdkd locks operations take (cdkd's own is 30 minutes); renewed every TTL/4.
 CDKD_LOCK_TTL_SECONDS = envint("CDKD_LOCK_TTL_SECONDS", "1800", minimum=2)
+# The attention board: a live lock taken longer ago than this (seconds) is a row; records
+# below this schema version are "old" (v6 and earlier read provisionedBy as a legacy default).
+CDKD_ATTENTION_LOCK_AGE = envint("CDKD_ATTENTION_LOCK_AGE", "3600", minimum=1)
+CDKD_ATTENTION_MIN_SCHEMA = envint("CDKD_ATTENTION_MIN_SCHEMA", "7", minimum=1)
 # How long a destroy waits for a custom resource's Delete handler to answer when its Lambda
 # returned nothing (the CDK provider framework's async shape); cdkd's is 1 hour (CDK's
 # totalTimeout). SNS tokens and handlers that returned something get cdkd's fixed 30 s.

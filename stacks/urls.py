@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from stacks import views
+from stacks.views.attention import attention_board
 from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, deploy_plan_request, stack_plan_new
 from stacks.views.detail import stack_reveal
 from stacks.views.exports_page import account_exports, all_exports
@@ -65,6 +66,7 @@ urlpatterns = [
     path("operations/", views.operation_list, name="operations"),
     path("operations/<int:op_id>/", include(operation_patterns)),
     path("audit/", views.audit_log, name="audit"),
+    path("attention/", attention_board, name="attention"),
     path("secrets/", views.secret_findings, name="secrets"),
     path("secrets/scan/", views.scan_start, name="scan"),
     path("secrets/scans/<int:run_id>/", views.scan_status, name="scan_status"),

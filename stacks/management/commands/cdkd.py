@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
 from engine.errors import EngineError
+from stacks.attentioncli import add_attention_parser, run_attention
 from stacks.deploycli import add_deploy_parsers, add_diff_parser, run_deploy, run_diff, run_rollback
 from stacks.models import Account, Stack
 from stacks.records import read_record, record_versions
@@ -203,6 +204,7 @@ class Command(BaseCommand):
 
         add_diff_parser(sub)
         add_deploy_parsers(sub)
+        add_attention_parser(sub)
 
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
@@ -722,6 +724,9 @@ class Command(BaseCommand):
 
     def do_rollback(self, o: dict) -> None:
         run_rollback(self, o)
+
+    def do_attention(self, o: dict) -> None:
+        run_attention(self, o)
 
     # --- worker --------------------------------------------------------------------------
 
