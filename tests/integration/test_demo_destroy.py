@@ -120,11 +120,15 @@ def test_it_refuses_up_front_to_destroy_a_data_stack_an_api_stack_imports(aws):
     world = build_demo_world(aws.account_session, big_stack_resources=20)
     offered = {(ref.account_id, ref.stack, ref.region) for ref in world.destroyable}
     spec = DEMO_ACCOUNTS[0]
-    bucket = StateBucket.open(aws.access(spec.account_id), actor="arthur", bucket=spec.bucket, region=spec.bucket_region)
+    bucket = StateBucket.open(
+        aws.access(spec.account_id), actor="arthur", bucket=spec.bucket, region=spec.bucket_region
+    )
     layout = KeyLayout(spec.prefix)
     pages = aws.s3(spec.account_id, spec.bucket_region).get_paginator("list_objects_v2")
-    keys = [o["Key"] for p in pages.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "/") for o in p.get("Contents", [])]
-    data = [k for k in keys if len(k.split("/")) == 4 and k.split("/")[1].endswith("Data") and k.endswith("/state.json")]
+    listed = pages.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "/")
+    keys = [o["Key"] for p in listed for o in p.get("Contents", [])]
+    # Top-level records of the Data kind: prefix/<Env-DomainData>/<region>/state.json
+    data = [k for k in keys if len(k.split("/")) == 4 and k.split("/")[1].endswith("Data") and k.endswith("state.json")]
     refused = 0
     for key in data:
         _, stack, region, _ = key.split("/")
