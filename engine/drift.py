@@ -35,8 +35,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,9 +109,8 @@ def is_mask(value: Any) -> bool:
 def value_at(document: Any, path: list[Any]) -> tuple[bool, Any]:
     node = document
     for seg in path:
-        if isinstance(node, dict) and isinstance(seg, str) and seg in node:
-            node = node[seg]
-        elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
+        in_dict = isinstance(node, dict) and isinstance(seg, str) and seg in node
+        if in_dict or (isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node)):
             node = node[seg]
         else:
             return False, None
@@ -265,43 +265,60 @@ def compare(
 # --- reading ---------------------------------------------------------------------------------
 
 
+_CURRENT = threading.local()  # the CountingClients of the drift read running on this thread
+
+
+def _before_call(**_kw: Any) -> None:
+    sink = getattr(_CURRENT, "sink", None)
+    if sink is not None:
+        sink.count()
+
+
+def _after_call(parsed: Any = None, **_kw: Any) -> None:
+    sink = getattr(_CURRENT, "sink", None)
+    code = parsed.get("Error", {}).get("Code") if isinstance(parsed, dict) else None
+    if sink is not None and code:
+        sink.errors().append(str(code))
+
+
 class CountingClients(Clients):
-    """Clients that count API calls and note, per thread, the error codes AWS answered
-    (providers' `read` answers None for "gone" and for "failed" alike: the codes tell)."""
+    """Clients that count the API calls of drift reads and note, per thread, the error codes
+    AWS answered (a provider's `read` answers None for "gone" and for "failed" alike: the
+    codes tell). The boto3 clients are the engine's shared ones (engine.aws.client); their
+    handlers report only to the CountingClients whose read runs on the calling thread."""
 
     def __init__(self, session: Any, state_bucket: Any = None) -> None:
         super().__init__(session, state_bucket)
         self.calls = 0
         self._count_lock = threading.Lock()
         self._local = threading.local()
-        self._built: dict[tuple[str, str], Any] = {}
 
     def __call__(self, service: str, region: str) -> Any:
-        key = (service, region or engine_aws.DEFAULT_REGION)
-        with self._count_lock:
-            client = self._built.get(key)
-            if client is None:
-                client = self._built[key] = engine_aws.client(self.session, service, key[1])
-                client.meta.events.register("before-call.*.*", self._before, unique_id="cdkd-drift-count")
-                client.meta.events.register("after-call.*.*", self._after, unique_id="cdkd-drift-errors")
-            return client
+        client = super().__call__(service, region)
+        # Registered once per shared client (botocore ignores a second unique_id).
+        client.meta.events.register("before-call.*.*", _before_call, unique_id="cdkd-drift-count")
+        client.meta.events.register("after-call.*.*", _after_call, unique_id="cdkd-drift-errors")
+        return client
 
-    def _before(self, **_kw: Any) -> None:
+    def count(self) -> None:
         with self._count_lock:
             self.calls += 1
-
-    def _after(self, parsed: Any = None, **_kw: Any) -> None:
-        code = (parsed or {}).get("Error", {}).get("Code") if isinstance(parsed, dict) else None
-        if code:
-            self.errors().append(str(code))
 
     def errors(self) -> list[str]:
         if not hasattr(self._local, "codes"):
             self._local.codes = []
         return self._local.codes
 
-    def reset_errors(self) -> None:
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Count and note the calls this thread makes inside the block."""
         self._local.codes = []
+        previous = getattr(_CURRENT, "sink", None)
+        _CURRENT.sink = self
+        try:
+            yield
+        finally:
+            _CURRENT.sink = previous
 
 
 @dataclass
@@ -423,9 +440,9 @@ def check_row(
         account_id=account_id,
         provisioned_by=row.get("provisionedBy"),
     )
-    clients.reset_errors()
     try:
-        live = reader(clients, ref)
+        with clients.reading():
+            live = reader(clients, ref)
     except Skip as exc:
         return _not_checked(logical_id, rtype, NO_PHYSICAL_ID, str(exc))
     except Exception as exc:  # a provider bug or an AWS failure: this resource only

@@ -309,7 +309,9 @@ class RefreshObserved:
             rows = dict(_wanted(ctx, parsed))
             results, clients = _check(ctx, list(rows.items()))
             updated = {
-                r.logical_id: _with_baseline(rows[r.logical_id] or {}, masked_readback(r.live, rows[r.logical_id] or {}))
+                r.logical_id: _with_baseline(
+                    rows[r.logical_id] or {}, masked_readback(r.live, rows[r.logical_id] or {})
+                )
                 for r in results
                 if r.live is not None
             }
@@ -322,7 +324,6 @@ class RefreshObserved:
         summary = f"Refreshed observedProperties of {len(updated)} resource(s) of {ctx.stack} ({ctx.region})"
         if not updated:
             summary += "; nothing was refreshed, so the record was kept as it was"
-            status = "partial" if failed else "succeeded"
         return Outcome(
             status=status,
             summary=summary,
@@ -489,9 +490,9 @@ class DriftRevert(_DriftWriter):
             try:
                 desired[key] = _unmask(want, live.get(key), [])
             except KeyError as exc:
+                where = f"{key}.{exc.args[0]}" if exc.args[0] else key
                 raise OperationRefused(
-                    f"AWS reports nothing at the masked position {key}{'.' + str(exc.args[0]) if exc.args[0] else ''}"
-                    ", so the value to keep there is unknown"
+                    f"AWS reports nothing at the masked position {where}, so the value to keep there is unknown"
                 ) from None
             old[key] = live.get(key)
         ref = ResourceRef(

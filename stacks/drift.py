@@ -145,7 +145,9 @@ def schedule_next_drift(delay_seconds: int) -> bool:
         if any(job_id.startswith(SCHEDULED_PREFIX) for job_id in pending):
             return False
         queue.enqueue_in(
-            timedelta(seconds=delay_seconds), "stacks.drift.scheduled_drift", job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}"
+            timedelta(seconds=delay_seconds),
+            "stacks.drift.scheduled_drift",
+            job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}",
         )
         return True
     finally:

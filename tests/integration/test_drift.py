@@ -211,3 +211,50 @@ def test_it_never_prints_or_stores_a_masked_value(world):
     assert secret not in json.dumps(list(DriftCheck.objects.values_list("resources", flat=True)))
     cdkd("state", "refresh-observed", STACK, "--account", ACCOUNT)
     assert secret.encode() not in stored(world)[0]
+
+
+def test_it_shows_the_last_check_on_the_resources_tab_with_accept_and_revert(world, client, make_user):
+    from django.urls import reverse
+
+    world.sqs.set_queue_attributes(QueueUrl=world.queue_url, Attributes={"VisibilityTimeout": "99"})
+    drift()
+    client.force_login(make_user("olive", **{f"a{ACCOUNT}": "operator"}))
+
+    page = client.get(reverse("stack_resources", args=[ACCOUNT, REGION, STACK]))
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'data-logical-id="Queue" data-status="MODIFIED"' in html
+    assert "<code>VisibilityTimeout</code>: <code>45</code> → <code>99</code>" in html
+    accept = reverse("operation_new", args=[ACCOUNT, REGION, STACK, "drift-accept"])
+    assert f'href="{accept}"' in html and "action-drift-revert" in html
+    preview = client.get(accept)
+    assert preview.status_code == 200 and "VisibilityTimeout: record 99" in preview.content.decode()
+    viewer = make_user("vera", **{f"a{ACCOUNT}": "viewer"})
+    client.force_login(viewer)
+    html = client.get(reverse("stack_resources", args=[ACCOUNT, REGION, STACK])).content.decode()
+    assert f'href="{accept}"' not in html and 'id="action-drift-accept" disabled' in html
+
+
+def test_it_checks_each_account_on_a_schedule_in_its_own_job(world, settings):
+    from cdkd_site.queues import get_queue
+    from stacks.drift import drift_account_job, schedule_next_drift, scheduled_drift
+    from stacks.models import Account
+
+    queue = get_queue("sync")
+    queue.connection.flushdb()
+    settings.CDKD_DRIFT_INTERVAL = 0
+    assert schedule_next_drift(0) is False  # 0 = off
+    settings.CDKD_DRIFT_INTERVAL = 600
+
+    scheduled_drift()
+
+    account = Account.objects.get(account_id=ACCOUNT)
+    queued = [queue.fetch_job(i) for i in queue.get_job_ids()]
+    assert [(j.func_name, j.args) for j in queued] == [("stacks.drift.drift_account_job", (account.pk,))]
+    assert any(i.startswith("cdkd-scheduled-drift") for i in queue.scheduled_job_registry.get_job_ids())
+    world.sns.delete_topic(TopicArn=world.topic_arn)
+    assert drift_account_job(account.pk) == 1
+    check = DriftCheck.objects.get(latest=True)
+    assert check.trigger == "schedule" and check.drifted == 1
+    queue.connection.flushdb()
