@@ -90,7 +90,21 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
                 "as cdkd's does. Repair or restore it first."
             )
         return None
+    if kind in DRIFT_KINDS:
+        if stack.legacy:
+            return "A legacy record (no region in its key) has no drift baseline here; a cdkd deploy migrates it first."
+        if damaged:
+            first = damaged[0]
+            return (
+                f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}): no baseline is written "
+                f"on its strength. Repair it, or orphan the record."
+            )
+        return None if stack.resource_count else "The record lists no resources."
     return None  # restore: the chosen version is checked when it is planned
+
+
+# Drift's operations (engine.refresh): offered from the stack page's drift panel.
+DRIFT_KINDS = (OperationKind.REFRESH_OBSERVED, OperationKind.DRIFT_ACCEPT, OperationKind.DRIFT_REVERT)
 
 
 STACK_PAGE_KINDS = (
