@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import sys
@@ -50,6 +51,22 @@ def envsecret(name: str, default: str = "") -> str:
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from None
     return os.environ.get(name, default)
+
+
+def envcidrs(name: str) -> list[str]:
+    """Comma-separated networks (a bare address is a /32 or /128), each checked here."""
+    networks = []
+    for item in os.environ.get(name, "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not a network (write it like 10.0.0.0/8 or 192.168.1.5)"
+            ) from None
+    return networks
 
 
 def envjson(name: str) -> dict:
@@ -291,6 +308,27 @@ CDKD_LOCK_TTL_SECONDS = envint("CDKD_LOCK_TTL_SECONDS", "1800", minimum=2)
 # below this schema version are "old" (v6 and earlier read provisionedBy as a legacy default).
 CDKD_ATTENTION_LOCK_AGE = envint("CDKD_ATTENTION_LOCK_AGE", "3600", minimum=1)
 CDKD_ATTENTION_MIN_SCHEMA = envint("CDKD_ATTENTION_MIN_SCHEMA", "7", minimum=1)
+
+# --- Health and metrics (stacks.health, stacks.metrics) ---------------------------------------
+# An idle worker renews its RQ heartbeat this often (RQ's own idle interval is 405 s, too
+# slow for a health check); a busy one renews it every 30 s (RQ's job monitoring).
+CDKD_WORKER_HEARTBEAT_SECONDS = envint("CDKD_WORKER_HEARTBEAT_SECONDS", "30", minimum=1)
+# /healthz fails when a queue has no worker whose heartbeat is at most this old.
+CDKD_HEALTH_WORKER_SECONDS = envint("CDKD_HEALTH_WORKER_SECONDS", "90", minimum=1)
+if CDKD_HEALTH_WORKER_SECONDS - max(CDKD_WORKER_HEARTBEAT_SECONDS, 30) <= 0:
+    raise ImproperlyConfigured(
+        f"CDKD_HEALTH_WORKER_SECONDS ({CDKD_HEALTH_WORKER_SECONDS}) must be more than the worker heartbeat "
+        f"interval (CDKD_WORKER_HEARTBEAT_SECONDS={CDKD_WORKER_HEARTBEAT_SECONDS}, and RQ's 30 s during a job)"
+    )
+# How long /healthz waits for Redis to answer (seconds).
+CDKD_HEALTH_TIMEOUT_SECONDS = envint("CDKD_HEALTH_TIMEOUT_SECONDS", "2", minimum=1)
+# /metrics is closed unless one of these is set; each one that is set must be satisfied.
+# The bearer token Prometheus sends (or CDKD_METRICS_TOKEN_FILE: a file holding it).
+CDKD_METRICS_TOKEN = envsecret("CDKD_METRICS_TOKEN").strip()
+# Client networks allowed to scrape, comma-separated (10.0.0.0/8,192.168.1.5); the client
+# address is the one CDKD_PROXY_COUNT picks.
+CDKD_METRICS_ALLOW_CIDRS = envcidrs("CDKD_METRICS_ALLOW_CIDRS")
+
 # How long a destroy waits for a custom resource's Delete handler to answer when its Lambda
 # returned nothing (the CDK provider framework's async shape); cdkd's is 1 hour (CDK's
 # totalTimeout). SNS tokens and handlers that returned something get cdkd's fixed 30 s.
