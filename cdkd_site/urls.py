@@ -7,10 +7,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from stacks import api
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="stacks", permanent=False), name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls()),
+    path("api/schema/", api.schema, name="api_schema"),
     path("", include("stacks.urls")),
 ]
