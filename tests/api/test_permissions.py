@@ -84,6 +84,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/operations/{op_id}/cancel"): Rule(
         op("awaiting", "/cancel"), on_a(404, 403, 200, 200, 200), lambda w: {}
     ),
+    ("GET", "/api/v1/attention"): Rule(lambda w: "/api/v1/attention", every(200), lists_a=True),
     ("GET", "/api/v1/audit"): Rule(lambda w: "/api/v1/audit", every(200), lists_a=True),
     ("GET", "/api/v1/events"): Rule(lambda w: "/api/v1/events", every(200), lists_a=True),
     ("GET", "/api/v1/events/{account_id}/{region}/{stack_name}/{run_id}"): Rule(
@@ -193,3 +194,14 @@ def test_it_asks_a_destroy_for_the_typed_name(world, planned):
     assert response.status_code == 400
     assert STACK_NAME in json.loads(response.content)["message"]
     assert not Operation.objects.filter(kind="destroy").exists()
+
+
+def test_it_shows_the_attention_board_of_the_callers_accounts(world):
+    viewer = call("GET", "/api/v1/attention?kind=secrets", token_for(world["people"]["viewer"]))
+    outsider = call("GET", "/api/v1/attention", token_for(world["people"]["outsider"]))
+
+    assert viewer.status_code == 200 and outsider.status_code == 200
+    rows = json.loads(viewer.content)["items"]
+    assert [(r["kind"], r["account_id"], r["stack_name"]) for r in rows] == [("secrets", A, STACK_NAME)]
+    assert json.loads(viewer.content)["counts"]["by_kind"]["secrets"] == 1
+    assert A not in json.loads(outsider.content)["counts"]["by_account"]
