@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('stacks', '0016_encrypt_operation_parameters'),
+        ('stacks', '0017_drift'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
