@@ -7,6 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from stacks import api
 from stacks.views.health import healthz, metrics_view
 
 urlpatterns = [
@@ -16,5 +17,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    path("api/v1/", api.urls()),
+    path("api/schema/", api.schema, name="api_schema"),
     path("", include("stacks.urls")),
 ]

@@ -902,3 +902,32 @@ class DriftCheck(models.Model):
 
     def __str__(self) -> str:
         return f"drift of {self.stack_name} ({self.region}) at {self.checked_at:%Y-%m-%d %H:%M}: {self.drifted} drifted"
+
+
+# --- personal API tokens (issue 14) ------------------------------------------------------------
+
+
+class ApiToken(models.Model):
+    """A person's token for the JSON API (`stacks.api`). Only the SHA-256 of the secret is
+    kept: the secret is shown once, when it is made. A token acts as its person, with the
+    person's roles as they are at each call; `read_only` refuses every mutating call."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What the token is for, in the person's words")
+    token_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the secret, hex")
+    prefix = models.CharField(max_length=16, help_text="The secret's first characters, to tell tokens apart")
+    read_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"API token {self.prefix}… ({self.name}) of {self.user}"
+
+    def usable(self, at=None) -> bool:
+        at = at or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > at)

@@ -15,6 +15,7 @@ from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json,
 from stacks.views.detail import stack_reveal
 from stacks.views.exports_page import account_exports, all_exports
 from stacks.views.people import account_member_reveal
+from stacks.views.tokens import api_token_revoke, api_tokens
 
 STACK = "stacks/<str:account_id>/<str:region_slug>/<str:stack_name>/"
 
@@ -82,4 +83,7 @@ urlpatterns = [
     path("plans/<int:plan_id>/", deploy_plan, name="deploy_plan"),
     path("plans/<int:plan_id>/json/", deploy_plan_json, name="deploy_plan_json"),
     path("plans/<int:plan_id>/deploy/", deploy_plan_request, name="deploy_plan_request"),
+    # The person's own API tokens (the API itself is under /api/v1/, cdkd_site.urls).
+    path("tokens/", api_tokens, name="api_tokens"),
+    path("tokens/<int:token_id>/revoke/", api_token_revoke, name="api_token_revoke"),
 ]

@@ -25,6 +25,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from engine.backend import StoredObject, VersionInfo
 from stacks import history, operations
+from stacks.api.tokens import create_token
 from stacks.models import (
     Assembly,
     DeploymentRun,
@@ -43,6 +44,8 @@ pytestmark = pytest.mark.django_db
 
 PERSONAS = ["outsider", "viewer", "operator", "approver", "admin", "superuser"]
 STAFF_ONLY = ("admin/",)
+# The JSON API authorises by token, not session: tests/api/test_permissions.py holds its matrix.
+OWN_MATRIX = ("api/",)
 STACK_NAME = "zebra-stack-a"  # a name no page shows unless it shows account A's stack
 
 
@@ -167,6 +170,15 @@ RULES: dict[str, Rule] = {
     "account_member_change": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"role": "operator"}),
     "account_member_remove": Rule(member_kwargs, post=ADMIN_ACTION),
     "account_member_reveal": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"can_reveal": "on"}),
+    # A person's own API tokens: everyone has the page; an empty form is a 400. The schema
+    # says what exists, not what is there: public.
+    "api_tokens": Rule(get=every(200), post=every(400)),
+    "api_token_revoke": Rule(lambda w: {"token_id": w.values["token"].pk}, post={**every(404), "admin": 302}),
+    "api_schema": Rule(get=every(200)),
+    # Open to all on purpose (no session involved): tests/metrics/ checks what they answer
+    # with services up or down, and the metrics guard (closed here: no token, no networks).
+    "healthz": Rule(get=every(503)),  # no RQ worker runs beside this matrix
+    "metrics": Rule(get=every(404)),
 }
 
 
@@ -176,7 +188,7 @@ def url_patterns(patterns=None, prefix: str = "") -> list[tuple[str, str | None]
     for pattern in get_resolver().url_patterns if patterns is None else patterns:
         route = prefix + str(pattern.pattern)
         if isinstance(pattern, URLResolver):
-            if not route.startswith(STAFF_ONLY):
+            if not route.startswith(STAFF_ONLY + OWN_MATRIX):
                 found += url_patterns(pattern.url_patterns, route)
         elif isinstance(pattern, URLPattern):
             found.append((route, pattern.name))
@@ -214,6 +226,8 @@ def build_world() -> World:
             prod, people["operator"], stack_name=STACK_NAME, status=OperationStatus.FAILED, result={"abandoned": True}
         ),
         "nina": Membership.objects.get(user=member("nina", prod, Role.VIEWER)),
+        # ada's token: only ada (and no superuser) may revoke it.
+        "token": create_token(people["admin"], "ci", expires_at=None, read_only=True)[0],
         "run": DeploymentRun.objects.create(
             account=prod, stack_name=STACK_NAME, region="us-east-1", run_id="20240319T080000000Z-1a2b3c4d"
         ),
@@ -336,7 +350,8 @@ JUNK_QUERY = (
 )
 
 
-@pytest.mark.parametrize("name", [name for name, rule in RULES.items() if rule.get is not None])
+# /healthz answers 503 by design while no worker runs (its meaning, not a server error).
+@pytest.mark.parametrize("name", [name for name, rule in RULES.items() if rule.get is not None and name != "healthz"])
 def test_it_answers_junk_query_strings_without_a_server_error(name, no_s3):
     world = build_world()
     client = Client(raise_request_exception=False)
