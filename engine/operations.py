@@ -185,6 +185,8 @@ def _load() -> None:
         "engine.destroy",
         "engine.scrub",
         "engine.deploy.operation",
+        "engine.migrate",
+        "engine.prune",
     ):
         try:
             importlib.import_module(module)

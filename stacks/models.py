@@ -566,6 +566,8 @@ class OperationKind(models.TextChoices):
     SCRUB = "scrub", "Scrub secrets"
     DEPLOY = "deploy", "Deploy"
     ROLLBACK = "rollback", "Roll back"
+    STATE_MIGRATE = "state-migrate", "State migrate"
+    EVENTS_PRUNE = "events-prune", "Prune events"
 
 
 class OperationStatus(models.TextChoices):
@@ -858,3 +860,22 @@ class DeployPlan(models.Model):
 
     def __str__(self) -> str:
         return f"plan of {self.stack_name} ({self.region}) {self.digest[:12]}"
+
+
+# --- bucket posture (issue 13) -----------------------------------------------------------------
+
+
+class BucketPosture(models.Model):
+    """The last posture check of an account's state bucket (`engine.posture`): one entry per
+    check in `results` ({key, label, status, found, change, since}), `since` being when the
+    check's status was first seen. Holds bucket settings only, never a record's content."""
+
+    account = models.OneToOneField(Account, on_delete=models.CASCADE, related_name="posture")
+    bucket = models.CharField(max_length=63, blank=True)
+    checked_at = models.DateTimeField()
+    results = models.JSONField(default=list, blank=True)
+    problem_count = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the bucket could not be checked at all")
+
+    def __str__(self) -> str:
+        return f"posture of {self.bucket or self.account}"
