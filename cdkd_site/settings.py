@@ -283,6 +283,9 @@ CDKD_MIN_APPROVERS_FORCE_UNLOCK = envint("CDKD_MIN_APPROVERS_FORCE_UNLOCK", "0")
 CDKD_AUDIT_RETENTION_DAYS = envint("CDKD_AUDIT_RETENTION_DAYS", "365", minimum=1)
 # Seconds between bucket posture checks of each account (run from the sync schedule); 0: off.
 CDKD_POSTURE_INTERVAL = envint("CDKD_POSTURE_INTERVAL", "86400")
+# The floors for state migrate and for pruning event history.
+CDKD_MIN_APPROVERS_STATE_MIGRATE = envint("CDKD_MIN_APPROVERS_STATE_MIGRATE", "0")
+CDKD_MIN_APPROVERS_EVENTS_PRUNE = envint("CDKD_MIN_APPROVERS_EVENTS_PRUNE", "0")
 # How long a sync trusts the bucket name and region an earlier sync resolved.
 CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 # A running operation whose worker wrote no heartbeat for this long is marked abandoned.

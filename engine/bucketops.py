@@ -113,7 +113,9 @@ def create_hardened(bucket: StateBucket, *, policy: bool = True) -> bool:
         bucket,
         "PutBucketEncryption",
         "put_bucket_encryption",
-        ServerSideEncryptionConfiguration={"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+        },
     )
     call(
         bucket,

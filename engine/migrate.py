@@ -156,11 +156,11 @@ class StateMigrate:
             changes.append(f"... and {len(found.copy) - MAX_LISTED} more key(s) to copy")
         if found.same:
             changes.append(f"keep {len(found.same)} key(s) {new} already holds with the same bytes")
-        warnings = [
-            "Only the current version of each key is copied: the source's earlier versions stay in the source."
-        ]
+        warnings = ["Only the current version of each key is copied: the source's earlier versions stay in the source."]
         if remove:
-            changes.append(f"after the copy is verified: delete every version and delete marker of {legacy}, then {legacy}")
+            changes.append(
+                f"after the copy is verified: delete every version and delete marker of {legacy}, then {legacy}"
+            )
             warnings.append(
                 f"--remove-legacy deletes {legacy} with its whole version history: once removed, that history is gone."
             )

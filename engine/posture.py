@@ -198,9 +198,7 @@ def _encryption(r: Reader) -> tuple[str, str, str]:
     except _Absent:
         return PROBLEM, "no default encryption configured", change
     rules = (config.get("ServerSideEncryptionConfiguration") or {}).get("Rules") or []
-    algorithms = [
-        ((rule.get("ApplyServerSideEncryptionByDefault") or {}).get("SSEAlgorithm") or "") for rule in rules
-    ]
+    algorithms = [((rule.get("ApplyServerSideEncryptionByDefault") or {}).get("SSEAlgorithm") or "") for rule in rules]
     algorithms = [a for a in algorithms if a]
     if not algorithms:
         return PROBLEM, "an encryption configuration with no default algorithm", change
@@ -228,7 +226,7 @@ def _public_access_block(r: Reader) -> tuple[str, str, str]:
 
 def _policy(r: Reader) -> tuple[str, str, str]:
     change = (
-        f"Add a Deny statement for Principal \"*\", Action \"s3:*\", Resource arn:aws:s3:::{r.bucket} and "
+        f'Add a Deny statement for Principal "*", Action "s3:*", Resource arn:aws:s3:::{r.bucket} and '
         f'arn:aws:s3:::{r.bucket}/*, Condition {{"StringNotEquals": {{"aws:PrincipalAccount": "{r.account_id}"}}}} '
         "(what cdkd bootstrap writes)"
     )
@@ -386,10 +384,8 @@ def _lifecycle(r: Reader, layout: KeyLayout, retention_days: int, secrets: Secre
     if secrets.flagged_versions:
         return (
             PROBLEM,
-            f"noncurrent versions are kept forever and {secrets.flagged_versions} old version(s) hold "
-            "flagged secrets",
-            "Scrub with --purge-history, or add a NoncurrentVersionExpiration of at least "
-            f"{retention_days} days",
+            f"noncurrent versions are kept forever and {secrets.flagged_versions} old version(s) hold flagged secrets",
+            f"Scrub with --purge-history, or add a NoncurrentVersionExpiration of at least {retention_days} days",
         )
     return OK, "noncurrent versions are kept forever; the last scan flagged no secret in them", ""
 

@@ -148,8 +148,11 @@ class EventsPrune:
                 "older_than_days": days,
                 "cutoff_ms": cutoff,
                 "doomed": [
-                    {"run_id": r, "key": store.streams[r].key if r in store.streams else None,
-                     "etag": store.streams[r].etag if r in store.streams else None}
+                    {
+                        "run_id": r,
+                        "key": store.streams[r].key if r in store.streams else None,
+                        "etag": store.streams[r].etag if r in store.streams else None,
+                    }
                     for r in doomed
                 ],
                 "kept": kept,
@@ -163,8 +166,11 @@ class EventsPrune:
         planned = plan.data.get("doomed") or []
         doomed = doomed_runs(store.run_ids, plan.data.get("keep"), plan.data.get("cutoff_ms"))
         now_doomed = [
-            {"run_id": r, "key": store.streams[r].key if r in store.streams else None,
-             "etag": store.streams[r].etag if r in store.streams else None}
+            {
+                "run_id": r,
+                "key": store.streams[r].key if r in store.streams else None,
+                "etag": store.streams[r].etag if r in store.streams else None,
+            }
             for r in doomed
         ]
         if store.index_etag != plan.etag or now_doomed != planned:
@@ -215,8 +221,14 @@ class EventsPrune:
                 "Earlier versions of the deleted streams stay readable by version id: grant s3:ListBucketVersions and "
                 "s3:DeleteObjectVersion on the state bucket, or purge them by hand"
             )
-            return Outcome("partial", summary + "; purging noncurrent versions failed", plan.etag, etag_after,
-                           details=details, warnings=warnings)
+            return Outcome(
+                "partial",
+                summary + "; purging noncurrent versions failed",
+                plan.etag,
+                etag_after,
+                details=details,
+                warnings=warnings,
+            )
         summary += f"; purged {details['purged']} noncurrent version(s)"
         return Outcome("succeeded", summary, plan.etag, etag_after, details=details)
 

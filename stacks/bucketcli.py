@@ -181,7 +181,9 @@ def events(command: Any, o: dict[str, Any]) -> bool:
         run_events_prune(command, o)
         return True
     if o.get("prune_stack"):
-        raise CommandError(f"unexpected argument {o['prune_stack']!r} (did you mean `events prune STACK`?)", returncode=2)
+        raise CommandError(
+            f"unexpected argument {o['prune_stack']!r} (did you mean `events prune STACK`?)", returncode=2
+        )
     if o.get("keep") is not None or o.get("older_than") is not None or o.get("yes"):
         raise CommandError("--keep, --older-than and --yes belong to `events prune STACK`", returncode=2)
     return False
@@ -216,4 +218,3 @@ def run_posture(command: Any, o: dict[str, Any]) -> None:
     problems = sum(1 for r in rows for c in r["checks"] if c["status"] == "problem")
     if problems:
         raise CommandError(f"{problems} posture problem(s)", returncode=1)
-

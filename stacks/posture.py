@@ -78,7 +78,9 @@ def store(account: Account, bucket: str, results: list, at, *, error: str = "") 
     for result in results:
         row = result.as_json()
         old = before.get(row["key"])
-        row["since"] = old["since"] if old and old.get("status") == row["status"] and old.get("since") else at.isoformat()
+        row["since"] = (
+            old["since"] if old and old.get("status") == row["status"] and old.get("since") else at.isoformat()
+        )
         rows.append(row)
     problems = sum(1 for r in rows if r["status"] == engine_posture.PROBLEM)
     posture, _ = BucketPosture.objects.update_or_create(

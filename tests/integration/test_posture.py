@@ -106,11 +106,20 @@ def test_it_fails_a_policy_that_does_not_deny_other_accounts(aws):
     allow_only = {
         "Version": "2012-10-17",
         "Statement": [
-            {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{A1}:root"}, "Action": "s3:*",
-             "Resource": [f"arn:aws:s3:::{BUCKET}/*"]},
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": f"arn:aws:iam::{A1}:root"},
+                "Action": "s3:*",
+                "Resource": [f"arn:aws:s3:::{BUCKET}/*"],
+            },
             # A deny for another account than ours protects nothing.
-            {"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Resource": [f"arn:aws:s3:::{BUCKET}/*"],
-             "Condition": {"StringNotEquals": {"aws:PrincipalAccount": "999999999999"}}},
+            {
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [f"arn:aws:s3:::{BUCKET}/*"],
+                "Condition": {"StringNotEquals": {"aws:PrincipalAccount": "999999999999"}},
+            },
         ],
     }
     aws.s3(A1).put_bucket_policy(Bucket=BUCKET, Policy=json.dumps(allow_only))
@@ -147,9 +156,14 @@ def test_it_fails_replication_naming_the_destination(aws):
         ReplicationConfiguration={
             "Role": f"arn:aws:iam::{A1}:role/replication",
             "Rules": [
-                {"ID": "all", "Status": "Enabled", "Priority": 1, "Filter": {"Prefix": ""},
-                 "DeleteMarkerReplication": {"Status": "Disabled"},
-                 "Destination": {"Bucket": "arn:aws:s3:::cdkd-state-replica"}}
+                {
+                    "ID": "all",
+                    "Status": "Enabled",
+                    "Priority": 1,
+                    "Filter": {"Prefix": ""},
+                    "DeleteMarkerReplication": {"Status": "Disabled"},
+                    "Destination": {"Bucket": "arn:aws:s3:::cdkd-state-replica"},
+                }
             ],
         },
     )
