@@ -259,6 +259,9 @@ CDKD_SYNC_INTERVAL = envint("CDKD_SYNC_INTERVAL", "300")
 # How many S3 GETs one sync runs at once (per account), and how many accounts at once.
 CDKD_SYNC_CONCURRENCY = envint("CDKD_SYNC_CONCURRENCY", "32", minimum=1)
 CDKD_SYNC_ACCOUNT_CONCURRENCY = envint("CDKD_SYNC_ACCOUNT_CONCURRENCY", "4", minimum=1)
+# Seconds between scheduled drift checks (each account its own job); 0 turns them off. Reads per stack at once.
+CDKD_DRIFT_INTERVAL = envint("CDKD_DRIFT_INTERVAL", "0")
+CDKD_DRIFT_CONCURRENCY = envint("CDKD_DRIFT_CONCURRENCY", "10", minimum=1)
 # Workers load the job code and AWS models once, not in every job's fork (cdkd_site.queues).
 RQ["WORKER_CLASS"] = "cdkd_site.queues.PreloadingWorker"
 # The region cdkd would use as its CLI region (legacy bucket names carry it).

@@ -185,6 +185,7 @@ def _load() -> None:
         "engine.destroy",
         "engine.scrub",
         "engine.deploy.operation",
+        "engine.refresh",
         "engine.migrate",
         "engine.prune",
     ):

@@ -566,6 +566,9 @@ class OperationKind(models.TextChoices):
     SCRUB = "scrub", "Scrub secrets"
     DEPLOY = "deploy", "Deploy"
     ROLLBACK = "rollback", "Roll back"
+    REFRESH_OBSERVED = "refresh-observed", "Refresh observed"
+    DRIFT_ACCEPT = "drift-accept", "Accept drift"
+    DRIFT_REVERT = "drift-revert", "Revert drift"
     STATE_MIGRATE = "state-migrate", "State migrate"
     EVENTS_PRUNE = "events-prune", "Prune events"
 
@@ -860,6 +863,47 @@ class DeployPlan(models.Model):
 
     def __str__(self) -> str:
         return f"plan of {self.stack_name} ({self.region}) {self.digest[:12]}"
+
+
+# --- drift checks (issue 13) -------------------------------------------------------------------
+
+
+class DriftCheck(models.Model):
+    """One drift check of one stack (stacks.drift): when, what it found per resource
+    (status, reason and differences, masked as every output of engine.drift is), and the
+    API calls it made. `latest` marks the newest check of its stack, so "the latest check
+    per stack with drifted resources" is one indexed filter (`stacks.drift.latest_drifted`)."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="drift_checks")
+    stack = models.ForeignKey(Stack, null=True, on_delete=models.CASCADE, related_name="drift_checks")
+    stack_name = models.CharField(max_length=1024)
+    region = models.CharField(max_length=64)
+    checked_at = models.DateTimeField()
+    trigger = models.CharField(max_length=16, default="schedule", help_text="schedule, cli or web")
+    record_etag = models.CharField(max_length=128, blank=True)
+    drifted = models.PositiveIntegerField(default=0, help_text="MODIFIED + DELETED resources")
+    errors = models.PositiveIntegerField(default=0, help_text="Resources whose read failed")
+    counts = models.JSONField(default=dict, blank=True)
+    # engine.drift's per-resource JSON (masked); encrypted like record bodies all the same.
+    resources = EncryptedJSONField(default=list)
+    api_calls = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the stack could not be checked at all")
+    latest = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+        indexes = [
+            models.Index(fields=["account", "stack_name", "region", "-checked_at"]),
+            models.Index(
+                fields=["account", "-checked_at"],
+                condition=models.Q(latest=True, drifted__gt=0),
+                name="drift_latest_drifted",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"drift of {self.stack_name} ({self.region}) at {self.checked_at:%Y-%m-%d %H:%M}: {self.drifted} drifted"
 
 
 # --- bucket posture (issue 13) -----------------------------------------------------------------

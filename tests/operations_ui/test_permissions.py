@@ -144,6 +144,7 @@ RULES: dict[str, Rule] = {
     ),
     "operation_retry": Rule(op_kwargs("abandoned"), post=on_a(404, 403, 403, 302, 302)),
     "audit": Rule(get=every(200), lists_a=True),
+    "attention": Rule(get=every(200)),  # rows only from the accounts a person sees (tests/views/test_attention.py)
     # Findings say where a secret is, never its value: every role reads them; scanning reads
     # the secrets' values (in the worker), so it takes an operator.
     "secrets": Rule(get=every(200), lists_a=True),

@@ -21,6 +21,7 @@ from engine.errors import EngineError
 from stacks import bucketcli
 from stacks.attentioncli import add_attention_parser, run_attention
 from stacks.deploycli import add_deploy_parsers, add_diff_parser, run_deploy, run_diff, run_rollback
+from stacks.driftcli import add_drift_parsers, run_drift, run_refresh_observed
 from stacks.models import Account, Stack
 from stacks.records import read_record, record_versions
 
@@ -209,6 +210,7 @@ class Command(BaseCommand):
         add_diff_parser(sub)
         add_deploy_parsers(sub)
         add_attention_parser(sub)
+        add_drift_parsers(sub, st_sub)
 
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
@@ -736,11 +738,14 @@ class Command(BaseCommand):
     def do_attention(self, o: dict) -> None:
         run_attention(self, o)
 
+    do_drift, do_state_refresh_observed = run_drift, run_refresh_observed
+
     # --- worker --------------------------------------------------------------------------
 
     def do_worker(self, o: dict) -> None:
         from django.conf import settings
 
+        from stacks.drift import schedule_next_drift
         from stacks.jobs import schedule_next_sync
 
         if settings.REDIS_URL.startswith("fakeredis://"):
@@ -749,6 +754,8 @@ class Command(BaseCommand):
             )
         if schedule_next_sync(0):
             self.stdout.write(f"Scheduled a sync of every account now and every {settings.CDKD_SYNC_INTERVAL} s.")
+        if schedule_next_drift(settings.CDKD_DRIFT_INTERVAL):
+            self.stdout.write(f"Scheduled drift checks of every account every {settings.CDKD_DRIFT_INTERVAL} s.")
         call_command("rqworker", "default", "sync", with_scheduler=True, burst=o["burst"])
         sys.stdout.flush()
 
