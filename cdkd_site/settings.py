@@ -298,6 +298,14 @@ CDKD_MIN_APPROVERS_RESTORE = envint("CDKD_MIN_APPROVERS_RESTORE", "0")
 CDKD_MIN_APPROVERS_SCRUB = envint("CDKD_MIN_APPROVERS_SCRUB", "0")
 # The floor for force-unlocking a stack.
 CDKD_MIN_APPROVERS_FORCE_UNLOCK = envint("CDKD_MIN_APPROVERS_FORCE_UNLOCK", "0")
+# Days the audit log must be able to name a record's versions: a state bucket whose lifecycle
+# expires noncurrent versions sooner is a posture problem.
+CDKD_AUDIT_RETENTION_DAYS = envint("CDKD_AUDIT_RETENTION_DAYS", "365", minimum=1)
+# Seconds between bucket posture checks of each account (run from the sync schedule); 0: off.
+CDKD_POSTURE_INTERVAL = envint("CDKD_POSTURE_INTERVAL", "86400")
+# The floors for state migrate and for pruning event history.
+CDKD_MIN_APPROVERS_STATE_MIGRATE = envint("CDKD_MIN_APPROVERS_STATE_MIGRATE", "0")
+CDKD_MIN_APPROVERS_EVENTS_PRUNE = envint("CDKD_MIN_APPROVERS_EVENTS_PRUNE", "0")
 # How long a sync trusts the bucket name and region an earlier sync resolved.
 CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 # A running operation whose worker wrote no heartbeat for this long is marked abandoned.

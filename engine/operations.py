@@ -186,6 +186,8 @@ def _load() -> None:
         "engine.scrub",
         "engine.deploy.operation",
         "engine.refresh",
+        "engine.migrate",
+        "engine.prune",
     ):
         try:
             importlib.import_module(module)

@@ -569,6 +569,8 @@ class OperationKind(models.TextChoices):
     REFRESH_OBSERVED = "refresh-observed", "Refresh observed"
     DRIFT_ACCEPT = "drift-accept", "Accept drift"
     DRIFT_REVERT = "drift-revert", "Revert drift"
+    STATE_MIGRATE = "state-migrate", "State migrate"
+    EVENTS_PRUNE = "events-prune", "Prune events"
 
 
 class OperationStatus(models.TextChoices):
@@ -931,3 +933,22 @@ class ApiToken(models.Model):
     def usable(self, at=None) -> bool:
         at = at or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > at)
+
+
+# --- bucket posture (issue 13) -----------------------------------------------------------------
+
+
+class BucketPosture(models.Model):
+    """The last posture check of an account's state bucket (`engine.posture`): one entry per
+    check in `results` ({key, label, status, found, change, since}), `since` being when the
+    check's status was first seen. Holds bucket settings only, never a record's content."""
+
+    account = models.OneToOneField(Account, on_delete=models.CASCADE, related_name="posture")
+    bucket = models.CharField(max_length=63, blank=True)
+    checked_at = models.DateTimeField()
+    results = models.JSONField(default=list, blank=True)
+    problem_count = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the bucket could not be checked at all")
+
+    def __str__(self) -> str:
+        return f"posture of {self.bucket or self.account}"

@@ -542,6 +542,8 @@ def _execute(op: Operation) -> Operation:
         result=status,
         error=error,
     )
+    if op.kind == "state-migrate":
+        op.account.bucket_checked_at = None  # the state moved buckets: the re-sync resolves it again
     _resync(op)
     if op.kind == "scrub":
         _rescan(op)

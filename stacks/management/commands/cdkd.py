@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
 from engine.errors import EngineError
+from stacks import bucketcli
 from stacks.attentioncli import add_attention_parser, run_attention
 from stacks.deploycli import add_deploy_parsers, add_diff_parser, run_deploy, run_diff, run_rollback
 from stacks.driftcli import add_drift_parsers, run_drift, run_refresh_observed
@@ -151,6 +152,7 @@ class Command(BaseCommand):
         restore.add_argument("--version-id", required=True)
         restore.add_argument("--yes", action="store_true")
 
+        bucketcli.add_migrate_parser(st_sub)
         unlock = sub.add_parser("force-unlock", help="remove a stack's lock.json")
         unlock.add_argument("stack")
         unlock.add_argument("--account", required=True)
@@ -190,6 +192,8 @@ class Command(BaseCommand):
         evs.add_argument("--stack-region")
         evs.add_argument("--run", help="print this run's events")
         evs.add_argument("--json", action="store_true")
+        bucketcli.add_prune_arguments(evs)
+        bucketcli.add_posture_parser(sub)
 
         aud = sub.add_parser("audit", help="print or verify the audit log")
         aud.add_argument("--account")
@@ -597,6 +601,8 @@ class Command(BaseCommand):
         from stacks.eventread import EventsError, event_line, list_runs, read_run, resolve_region
         from stacks.records import open_bucket
 
+        if bucketcli.events(self, o):
+            return
         account = self.account(o["account"])
         stack = o["stack"]
         bucket = open_bucket(account, cli_actor())
@@ -717,6 +723,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"scrub did not fully succeed for {len(bad)} of {len(rows)} stack(s): {named}", returncode=2
             )
+
+    do_state_migrate, do_posture = bucketcli.run_state_migrate, bucketcli.run_posture
 
     def do_diff(self, o: dict) -> None:
         run_diff(self, o)
