@@ -850,3 +850,14 @@ class DeployPlan(models.Model):
 
     def __str__(self) -> str:
         return f"plan of {self.stack_name} ({self.region}) {self.digest[:12]}"
+
+
+# Notifications live in their own module; importing them here makes them this app's models.
+from stacks.notifymodels import (  # noqa: E402, F401
+    EventKind,
+    NotificationEvent,
+    Subscription,
+    Webhook,
+    WebhookDelivery,
+    WebhookFormat,
+)

@@ -688,7 +688,7 @@ class Command(BaseCommand):
             )
         if schedule_next_sync(0):
             self.stdout.write(f"Scheduled a sync of every account now and every {settings.CDKD_SYNC_INTERVAL} s.")
-        call_command("rqworker", "default", "sync", with_scheduler=True, burst=o["burst"])
+        call_command("rqworker", "default", "sync", "notify", with_scheduler=True, burst=o["burst"])
         sys.stdout.flush()
 
     # --- encryption at rest -------------------------------------------------------------
