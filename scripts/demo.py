@@ -331,6 +331,7 @@ def main() -> None:
             "    for account in Account.objects.all():\n"
             "        Membership.objects.update_or_create(user=user, account=account, defaults={'role': role})\n",
         )
+        say(manage(env, "shell", "-v", "0", "-c", "from demo.notifications import seed; seed()").stdout.rstrip())
         sync = manage(env, "cdkd", "sync", "--json", check=False)
         try:
             rows = json.loads(sync.stdout)["accounts"]

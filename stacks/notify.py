@@ -312,16 +312,22 @@ def stale_locks(account: Account, now=None) -> int:
         return 0
     try:
         now = now or timezone.now()
-        now_ms = int(now.timestamp() * 1000)
         cutoff = now - timedelta(seconds=limit)
-        count = 0
+        old = []
         for lock in Lock.objects.filter(account=account).select_related("account").defer("body"):
             taken = lock_taken_ms(lock)
-            if taken is None or taken > int(cutoff.timestamp() * 1000) or taken > now_ms:
-                continue
-            # Hashed: a key may be long; the ETag makes a new lock on the same key a new event.
-            ident = hashlib.sha256(f"{account.pk}|{lock.key}|{lock.etag}".encode()).hexdigest()[:40]
-            if emit(EventKind.LOCK_STALE, account, dedupe=f"lock.stale:{ident}", lock=lock) is not None:
+            if taken is not None and taken <= int(cutoff.timestamp() * 1000):
+                # Hashed: a key may be long; the ETag makes a new lock on the same key a new event.
+                ident = hashlib.sha256(f"{account.pk}|{lock.key}|{lock.etag}".encode()).hexdigest()[:40]
+                old.append((f"lock.stale:{ident}", lock))
+        told = set(
+            NotificationEvent.objects.filter(dedupe_key__in=[key for key, _ in old]).values_list(
+                "dedupe_key", flat=True
+            )
+        )
+        count = 0
+        for key, lock in old:
+            if key not in told and emit(EventKind.LOCK_STALE, account, dedupe=key, lock=lock) is not None:
                 count += 1
         return count
     except Exception:

@@ -95,7 +95,9 @@ def test_it_reports_new_secret_findings_without_any_secret_value(aws, settings, 
     assert event.facts["new_findings"] == run.finding_count and event.facts["stacks"] == ["App"]
     assert len(receiver.requests) == 2 and all(r.headers["X-Cdkd-Event"] == "secrets.found" for r in receiver.requests)
     json_body = next(json.loads(r.body) for r in receiver.requests if b'"data"' in r.body)
-    assert json_body["data"]["scan"] == {"id": run.pk} and json_body["data"]["url"].endswith(f"/secrets/scans/{run.pk}/")
+    assert json_body["data"]["scan"] == {"id": run.pk} and json_body["data"]["url"].endswith(
+        f"/secrets/scans/{run.pk}/"
+    )
     assert mail.outbox, "subscribers on prod get an email"
     everything = [r.body.decode() for r in receiver.requests]
     everything += [json.dumps(e.facts) for e in NotificationEvent.objects.all()]

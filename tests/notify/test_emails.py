@@ -66,7 +66,7 @@ def test_it_emails_an_approval_request_to_that_accounts_approvers_only(world):
 
     work(world["notify"])
 
-    subject = f"[cdkd] Approval requested: force-unlock of Shop (us-east-1) on prod by olivia"
+    subject = "[cdkd] Approval requested: force-unlock of Shop (us-east-1) on prod by olivia"
     # arthur and adele (approver, admin of prod); not olivia (the requester), vic (viewer),
     # dana (approver of dev), root (superuser, not subscribed to prod) or noemail.
     assert sent() == [("adele@example.com", subject), ("arthur@example.com", subject)]

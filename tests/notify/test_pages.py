@@ -41,7 +41,11 @@ def world(django_user_model):
         people[name] = django_user_model.objects.create_user(name, email=f"{name}@example.com")
         Membership.objects.create(user=people[name], account=account, role=role)
     hook = Webhook.objects.create(
-        account=prod, name="chat", url=HOOK_URL, url_origin="https://hooks.example.com", secret="s" * 20,
+        account=prod,
+        name="chat",
+        url=HOOK_URL,
+        url_origin="https://hooks.example.com",
+        secret="s" * 20,
         events=["lock.stale"],
     )
     return {"prod": prod, "dev": dev, "people": people, "hook": hook}

@@ -234,7 +234,9 @@ def test_it_keeps_the_url_and_secret_out_of_redis_audit_and_the_database_text(re
 def test_it_changes_a_webhook_keeping_what_is_left_empty(receiver, admin, account):
     webhook = hook(admin, account, receiver.url)
     webhooks.save_webhook(
-        admin, account, {"name": "renamed", "url": "", "secret": "", "events": ["lock.stale"], "active": False},
+        admin,
+        account,
+        {"name": "renamed", "url": "", "secret": "", "events": ["lock.stale"], "active": False},
         webhook=webhook,
     )
     webhook = Webhook.objects.get()
