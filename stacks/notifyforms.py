@@ -22,7 +22,9 @@ class WebhookForm(WordedForm):
         max_length=200, min_length=16, required=False, label="Signing secret", widget=forms.PasswordInput
     )
     events = forms.MultipleChoiceField(choices=EVENT_CHOICES, widget=forms.CheckboxSelectMultiple, label="Events")
-    format = forms.ChoiceField(choices=WebhookFormat.choices, initial=WebhookFormat.JSON, label="Format")
+    format = forms.ChoiceField(
+        choices=WebhookFormat.choices, initial=WebhookFormat.JSON, required=False, label="Format"
+    )
     active = forms.BooleanField(required=False, initial=True, label="Active")
 
     def __init__(self, *args, creating: bool = True, **kwargs) -> None:
