@@ -354,6 +354,26 @@ CDKD_ASSEMBLY_STORAGE_OPTIONS = envjson("CDKD_ASSEMBLY_STORAGE_OPTIONS") or (
     {"location": str(BASE_DIR / "var" / "assemblies")} if CDKD_ASSEMBLY_STORAGE.endswith(".FileSystemStorage") else {}
 )
 STORAGES["assemblies"] = {"BACKEND": CDKD_ASSEMBLY_STORAGE, "OPTIONS": CDKD_ASSEMBLY_STORAGE_OPTIONS}
+# --- notifications (stacks.notify, stacks.webhooks) ---
+# The app's own address, for the links in emails and webhook payloads.
+CDKD_BASE_URL = os.environ.get("CDKD_BASE_URL", "http://localhost:8000").strip().rstrip("/")
+if not CDKD_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"CDKD_BASE_URL must start with http:// or https://, not {CDKD_BASE_URL!r}")
+# A lock older than this is reported once per lock (lock.stale) by the sync that sees it; 0: never.
+CDKD_LOCK_STALE_SECONDS = envint("CDKD_LOCK_STALE_SECONDS", "3600")
+# Webhook calls from the worker: timeout per attempt, retries after the first, first backoff (doubling).
+CDKD_WEBHOOK_TIMEOUT_SECONDS = envint("CDKD_WEBHOOK_TIMEOUT_SECONDS", "10", minimum=1)
+CDKD_WEBHOOK_RETRIES = envint("CDKD_WEBHOOK_RETRIES", "5")
+CDKD_WEBHOOK_BACKOFF_SECONDS = envint("CDKD_WEBHOOK_BACKOFF_SECONDS", "10")
+RQ_QUEUES["notify"] = {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300}
+# Email through Django's mail backend (SMTP unless EMAIL_BACKEND says otherwise).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", "25", minimum=1)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "False")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "cdkd-admin@localhost")
 # Fernet keys for record bodies at rest, comma-separated: the first encrypts, all decrypt.
 CDKD_ENCRYPTION_KEYS = [k.strip() for k in envsecret("CDKD_ENCRYPTION_KEYS").split(",") if k.strip()]
 if not CDKD_ENCRYPTION_KEYS:

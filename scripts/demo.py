@@ -350,6 +350,7 @@ def main() -> None:
             "    for account in Account.objects.all():\n"
             "        Membership.objects.update_or_create(user=user, account=account, defaults={'role': role})\n",
         )
+        say(manage(env, "shell", "-v", "0", "-c", "from demo.notifications import seed; seed()").stdout.rstrip())
         sync = manage(env, "cdkd", "sync", "--json", check=False)
         try:
             rows = json.loads(sync.stdout)["accounts"]
@@ -369,7 +370,7 @@ def main() -> None:
             if redis_server is not None and importlib.util.find_spec("lupa") is None:
                 # RQ's scheduler (the periodic sync) runs Lua scripts, which fakeredis can
                 # only do with lupa installed: run the plain worker, jobs still run.
-                command = ["rqworker", "default", "sync"]
+                command = ["rqworker", "default", "sync", "notify"]
                 note = "running, without the sync schedule (fakeredis has no Lua without lupa)"
             worker = children.start("worker", [PY, "manage.py", *command], VAR / "demo-worker.log", env)
             time.sleep(1.5)

@@ -952,3 +952,14 @@ class BucketPosture(models.Model):
 
     def __str__(self) -> str:
         return f"posture of {self.bucket or self.account}"
+
+
+# Notifications live in their own module; importing them here makes them this app's models.
+from stacks.notifymodels import (  # noqa: E402, F401
+    EventKind,
+    NotificationEvent,
+    Subscription,
+    Webhook,
+    WebhookDelivery,
+    WebhookFormat,
+)

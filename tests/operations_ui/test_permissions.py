@@ -31,11 +31,14 @@ from stacks.models import (
     DeploymentRun,
     DeployPlan,
     Membership,
+    NotificationEvent,
     OperationStatus,
     Role,
     ScanRun,
     SecretFinding,
     SyncRun,
+    Webhook,
+    WebhookDelivery,
 )
 from tests.operations_ui.conftest import A, fake_plan, make_operation, member
 from tests.views.conftest import make_account, make_stack, make_user, record, resource_row
@@ -97,6 +100,10 @@ def op_kwargs(key: str) -> Callable[[World], dict[str, Any]]:
 
 def member_kwargs(w: World) -> dict[str, Any]:
     return {"account_id": A, "membership_id": w.values["nina"].pk}
+
+
+def webhook_kwargs(w: World) -> dict[str, Any]:
+    return {"account_id": A, "webhook_id": w.values["webhook"].pk}
 
 
 RULES: dict[str, Rule] = {
@@ -179,6 +186,23 @@ RULES: dict[str, Rule] = {
     # with services up or down, and the metrics guard (closed here: no token, no networks).
     "healthz": Rule(get=every(503)),  # no RQ worker runs beside this matrix
     "metrics": Rule(get=every(404)),
+    # Webhooks: the account's admins only; a person's own email settings: everyone.
+    "webhooks": Rule(lambda w: {"account_id": A}, get=ADMIN_PAGE),
+    "webhook_new": Rule(
+        lambda w: {"account_id": A},
+        get=ADMIN_PAGE,
+        post=ADMIN_ACTION,
+        data=lambda w: {"name": "n", "url": "https://example.com/h", "secret": "s" * 20, "events": ["lock.stale"]},
+    ),
+    "webhook": Rule(webhook_kwargs, get=ADMIN_PAGE),
+    "webhook_edit": Rule(
+        webhook_kwargs, get=ADMIN_PAGE, post=ADMIN_ACTION, data=lambda w: {"name": "m", "events": ["lock.stale"]}
+    ),
+    "webhook_delete": Rule(webhook_kwargs, post=ADMIN_ACTION),
+    "webhook_redeliver": Rule(
+        lambda w: {**webhook_kwargs(w), "delivery_id": w.values["delivery"].pk}, post=ADMIN_ACTION
+    ),
+    "notification_settings": Rule(get=every(200), post=every(302)),
 }
 
 
@@ -241,6 +265,13 @@ def build_world() -> World:
             state_key=f"cdkd/{STACK_NAME}/us-east-1/state.json",
         ),
     }
+    values["webhook"] = Webhook.objects.create(
+        account=prod, name="hook", url="https://example.com/h", url_origin="https://example.com", secret="s" * 20
+    )
+    event = NotificationEvent.objects.create(kind="lock.stale", account=prod)
+    values["delivery"] = WebhookDelivery.objects.create(
+        webhook=values["webhook"], event=event, payload_id=event.payload_id, job_id="j"
+    )
     return World(people, values)
 
 

@@ -756,7 +756,7 @@ class Command(BaseCommand):
             self.stdout.write(f"Scheduled a sync of every account now and every {settings.CDKD_SYNC_INTERVAL} s.")
         if schedule_next_drift(settings.CDKD_DRIFT_INTERVAL):
             self.stdout.write(f"Scheduled drift checks of every account every {settings.CDKD_DRIFT_INTERVAL} s.")
-        call_command("rqworker", "default", "sync", with_scheduler=True, burst=o["burst"])
+        call_command("rqworker", "default", "sync", "notify", with_scheduler=True, burst=o["burst"])
         sys.stdout.flush()
 
     # --- encryption at rest -------------------------------------------------------------
