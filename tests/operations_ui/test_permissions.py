@@ -29,6 +29,7 @@ from stacks.models import (
     Assembly,
     DeploymentRun,
     DeployPlan,
+    GroupRoleRule,
     Membership,
     OperationStatus,
     Role,
@@ -166,6 +167,14 @@ RULES: dict[str, Rule] = {
     "account_member_change": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"role": "operator"}),
     "account_member_remove": Rule(member_kwargs, post=ADMIN_ACTION),
     "account_member_reveal": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"can_reveal": "on"}),
+    # Group rules for this account: its admins (pattern rules need a superuser, tests/sso).
+    "account_rule_add": Rule(
+        lambda w: {"account_id": A}, post=ADMIN_ACTION, data=lambda w: {"group": "readers", "role": "viewer"}
+    ),
+    "account_rule_remove": Rule(lambda w: {"account_id": A, "rule_id": w.values["rule"].pk}, post=ADMIN_ACTION),
+    # Single sign-on is off unless configured (tests/sso runs it against a real provider).
+    "oidc_authentication_init": Rule(get=every(404)),
+    "oidc_authentication_callback": Rule(get=every(404)),
 }
 
 
@@ -213,6 +222,7 @@ def build_world() -> World:
             prod, people["operator"], stack_name=STACK_NAME, status=OperationStatus.FAILED, result={"abandoned": True}
         ),
         "nina": Membership.objects.get(user=member("nina", prod, Role.VIEWER)),
+        "rule": GroupRoleRule.objects.create(group="leads", account=prod, role=Role.APPROVER),
         "run": DeploymentRun.objects.create(
             account=prod, stack_name=STACK_NAME, region="us-east-1", run_id="20240319T080000000Z-1a2b3c4d"
         ),
