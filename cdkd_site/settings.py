@@ -194,6 +194,53 @@ AXES_CLIENT_IP_CALLABLE = "cdkd_site.auth.client_ip"
 # No axes banner on every manage.py command; lockouts are still logged as warnings.
 AXES_VERBOSE = False
 LOGIN_URL = "login"
+
+# --- Single sign-on (OpenID Connect, stacks.sso) --------------------------------------------
+# The provider's issuer URL exactly as its tokens spell it; with a client id it turns SSO on.
+CDKD_OIDC_ISSUER = os.environ.get("CDKD_OIDC_ISSUER", "").strip()
+CDKD_OIDC_CLIENT_ID = os.environ.get("CDKD_OIDC_CLIENT_ID", "").strip()
+CDKD_OIDC_ENABLED = bool(CDKD_OIDC_ISSUER or CDKD_OIDC_CLIENT_ID)
+if CDKD_OIDC_ENABLED and not (CDKD_OIDC_ISSUER and CDKD_OIDC_CLIENT_ID):
+    raise ImproperlyConfigured("Single sign-on needs both CDKD_OIDC_ISSUER and CDKD_OIDC_CLIENT_ID")
+if CDKD_OIDC_ISSUER and not CDKD_OIDC_ISSUER.startswith(("https://", "http://")):
+    raise ImproperlyConfigured(f"CDKD_OIDC_ISSUER must be an https:// URL, not {CDKD_OIDC_ISSUER!r}")
+# The client secret, best from a file (CDKD_OIDC_CLIENT_SECRET_FILE) so it stays out of `env`.
+CDKD_OIDC_CLIENT_SECRET = envsecret("CDKD_OIDC_CLIENT_SECRET")
+if CDKD_OIDC_ENABLED and not CDKD_OIDC_CLIENT_SECRET:
+    raise ImproperlyConfigured("Single sign-on needs CDKD_OIDC_CLIENT_SECRET_FILE (or CDKD_OIDC_CLIENT_SECRET)")
+# Endpoints; each one left empty comes from the issuer's .well-known/openid-configuration,
+# read on first use (the site starts while the provider is down) and kept per process.
+CDKD_OIDC_AUTHORIZATION_ENDPOINT = os.environ.get("CDKD_OIDC_AUTHORIZATION_ENDPOINT", "").strip()
+CDKD_OIDC_TOKEN_ENDPOINT = os.environ.get("CDKD_OIDC_TOKEN_ENDPOINT", "").strip()
+CDKD_OIDC_USERINFO_ENDPOINT = os.environ.get("CDKD_OIDC_USERINFO_ENDPOINT", "").strip()
+CDKD_OIDC_JWKS_ENDPOINT = os.environ.get("CDKD_OIDC_JWKS_ENDPOINT", "").strip()
+# The claim that lists a person's groups (what group rules match), and the scopes asked for.
+CDKD_OIDC_GROUPS_CLAIM = os.environ.get("CDKD_OIDC_GROUPS_CLAIM", "groups").strip() or "groups"
+CDKD_OIDC_SCOPES = os.environ.get("CDKD_OIDC_SCOPES", "openid email profile").strip()
+CDKD_OIDC_SIGN_ALGO = os.environ.get("CDKD_OIDC_SIGN_ALGO", "RS256").strip()
+# Seconds of clock difference tolerated on a token's exp/iat; and for each call to the provider.
+CDKD_OIDC_LEEWAY_SECONDS = envint("CDKD_OIDC_LEEWAY_SECONDS", "30")
+CDKD_OIDC_TIMEOUT = envint("CDKD_OIDC_TIMEOUT", "10", minimum=1)
+# The login page's button.
+CDKD_OIDC_LABEL = os.environ.get("CDKD_OIDC_LABEL", "").strip() or "Log in with single sign-on"
+# False hides the password form and refuses password posts (the Django admin's too).
+CDKD_LOCAL_LOGIN = envbool("CDKD_LOCAL_LOGIN", "True")
+if not CDKD_LOCAL_LOGIN and not CDKD_OIDC_ENABLED:
+    raise ImproperlyConfigured("CDKD_LOCAL_LOGIN=False needs single sign-on (CDKD_OIDC_ISSUER and a client)")
+if not CDKD_LOCAL_LOGIN:
+    AUTHENTICATION_BACKENDS = []
+if CDKD_OIDC_ENABLED:
+    # Only the session's user lookup goes through the list; stacks.sso calls it directly.
+    AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "stacks.sso.SsoBackend"]
+# mozilla-django-oidc's names for the same (endpoints are resolved by stacks.sso).
+OIDC_RP_CLIENT_ID = CDKD_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = CDKD_OIDC_CLIENT_SECRET
+OIDC_RP_SIGN_ALGO = CDKD_OIDC_SIGN_ALGO
+OIDC_RP_SCOPES = CDKD_OIDC_SCOPES
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = CDKD_OIDC_TIMEOUT
+OIDC_STORE_ACCESS_TOKEN = False
+OIDC_STORE_ID_TOKEN = False
 LOGIN_REDIRECT_URL = "stacks"
 LOGOUT_REDIRECT_URL = "login"
 

@@ -17,10 +17,12 @@ from stacks.models import (
     DeploymentRun,
     DeployPlan,
     EventIndex,
+    GroupRoleRule,
     Lock,
     Membership,
     Operation,
     Resource,
+    SsoIdentity,
     Stack,
     SyncRun,
 )
@@ -79,10 +81,66 @@ class AccountAdmin(admin.ModelAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
-    list_display = ["user", "account", "role"]
-    list_filter = ["role", "account"]
+    list_display = ["user", "account", "role", "source", "rule_role"]
+    list_filter = ["role", "source", "account"]
     search_fields = ["user__username", "account__account_id", "account__name"]
     autocomplete_fields = ["user", "account"]
+    # Rules own rule_role; the role typed here is the admin's grant (stacks.grouproles).
+    readonly_fields = ["source", "granted_role", "rule_role"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        obj.combine(form.cleaned_data["role"], obj.rule_role)
+        super().save_model(request, obj, form, change)
+
+
+class RuleAuditMixin:
+    """A group rule changed in the Django admin is audited and applied at once, as on the
+    account settings page."""
+
+    def _changed(self, request, obj, verb: str) -> None:
+        from stacks import audit, grouproles
+
+        audit.record(
+            "group_rule.changed",
+            actor=request.user.get_username(),
+            actor_user=request.user,
+            account=obj.account if obj.account_id else None,
+            result="ok",
+            details={"change": f"{verb} {obj.group} -> {obj.role} on {obj.target}", "from": "django admin"},
+            client_address=audit.client_ip(request),
+        )
+        grouproles.refresh_everyone(reason=f"rule {verb} in the Django admin by {request.user.get_username()}")
+
+    def save_model(self, request, obj, form, change) -> None:
+        if not change:
+            obj.created_by = request.user.get_username()
+        super().save_model(request, obj, form, change)
+        self._changed(request, obj, "changed" if change else "added")
+
+    def delete_model(self, request, obj) -> None:
+        super().delete_model(request, obj)
+        self._changed(request, obj, "removed")
+
+    def delete_queryset(self, request, queryset) -> None:
+        rules = list(queryset.select_related("account"))
+        super().delete_queryset(request, queryset)
+        for rule in rules:
+            self._changed(request, rule, "removed")
+
+
+@admin.register(GroupRoleRule)
+class GroupRoleRuleAdmin(RuleAuditMixin, admin.ModelAdmin):
+    list_display = ["group", "role", "account", "account_pattern", "created_by", "created_at"]
+    list_filter = ["role"]
+    search_fields = ["group", "account_pattern", "account__account_id", "account__name"]
+    autocomplete_fields = ["account"]
+    readonly_fields = ["created_by", "created_at"]
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(ReadOnlyAdmin):
+    list_display = ["user", "issuer", "subject", "last_login_at"]
+    search_fields = ["user__username", "subject"]
 
 
 class ResourceInline(admin.TabularInline):

@@ -93,8 +93,12 @@ def schedule_next_sync(delay_seconds: int) -> bool:
 
 
 def run_operation(operation_id: int) -> None:
+    from stacks.grouproles import refresh_for_operation
     from stacks.operations import run_operation as run
 
+    # Group-rule roles as the people's groups and the rules are now, so the run's role
+    # re-check refuses a requester (or drops an approval) whose group no longer gives it.
+    refresh_for_operation(operation_id)
     run(operation_id)
 
 

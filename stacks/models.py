@@ -7,6 +7,7 @@ returned and are never edited by hand (the Django admin shows them read-only).
 from __future__ import annotations
 
 import time
+from fnmatch import fnmatchcase
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -107,12 +108,26 @@ class Account(models.Model):
         )
 
 
+class MembershipSource(models.TextChoices):
+    MANUAL = "manual", "Granted by an admin"
+    RULE = "rule", "Group rules only"
+
+
 class Membership(models.Model):
-    """A person's role on one account. Superusers need none: they act as admin everywhere."""
+    """A person's role on one account. Superusers need none: they act as admin everywhere.
+
+    `role` is what every check reads: the higher of the admin's grant and the role group
+    rules give (`stacks.grouproles`). The two are kept apart so that rules never remove or
+    lower a grant: a `manual` row stays when its rules go, a `rule` row goes with them."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    source = models.CharField(max_length=8, choices=MembershipSource.choices, default=MembershipSource.MANUAL)
+    # On a manual row a rule raised: the role the admin granted ("" = `role` is the grant).
+    granted_role = models.CharField(max_length=16, choices=Role.choices, blank=True)
+    # The role group rules give the person here ("" = none), from the groups of their last login.
+    rule_role = models.CharField(max_length=16, choices=Role.choices, blank=True)
     # The reveal right: download a record's stored bytes unmasked (audited). Admins hold it
     # whatever this says (`stacks.secretmask.may_reveal`); an admin grants it to others.
     can_reveal = models.BooleanField(default=False)
@@ -122,6 +137,87 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} is {self.role} on {self.account}"
+
+    @property
+    def manual_role(self) -> str:
+        """The admin's grant ("" for a row only rules hold)."""
+        if self.source != MembershipSource.MANUAL:
+            return ""
+        return self.granted_role or self.role
+
+    def combine(self, manual: str, rule: str) -> None:
+        """Set the row from an admin's grant and the rules' role (at least one non-empty)."""
+        self.source = MembershipSource.MANUAL if manual else MembershipSource.RULE
+        self.granted_role = manual
+        self.rule_role = rule
+        self.role = max((r for r in (manual, rule) if r), key=Role.rank)
+
+
+class SsoIdentity(models.Model):
+    """Who a person is at the OpenID provider, and the groups it named at their last login
+    (what group rules are evaluated against until the next one)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity")
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, blank=True)
+    last_login_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_sso_subject")]
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.subject} at {self.issuer})"
+
+
+class GroupRoleRule(models.Model):
+    """People in an identity-provider group get a role on one account, or on every account
+    whose name (or id) matches a shell-style pattern such as `prod-*`."""
+
+    group = models.CharField(max_length=255, help_text="The group name as the provider's groups claim spells it")
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE, related_name="group_rules")
+    account_pattern = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Instead of one account: every account whose name or id matches (*, ?, [abc])",
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_by = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "account_pattern", "account__name", "account__account_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(account__isnull=False) & models.Q(account_pattern=""))
+                | (models.Q(account__isnull=True) & ~models.Q(account_pattern="")),
+                name="rule_one_account_or_a_pattern",
+            ),
+            models.UniqueConstraint(
+                fields=["group", "account"],
+                condition=models.Q(account__isnull=False),
+                name="one_rule_per_group_account",
+            ),
+            models.UniqueConstraint(
+                fields=["group", "account_pattern"],
+                condition=~models.Q(account_pattern=""),
+                name="one_rule_per_group_pattern",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.role} on {self.target}"
+
+    @property
+    def target(self) -> str:
+        return f"accounts matching {self.account_pattern}" if self.account_pattern else str(self.account)
+
+    def matches(self, account: Account) -> bool:
+        if self.account_id is not None:
+            return self.account_id == account.pk
+        return any(fnmatchcase(text, self.account_pattern) for text in (account.name, account.account_id) if text)
 
 
 class Stack(models.Model):

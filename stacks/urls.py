@@ -15,7 +15,7 @@ from stacks.views.attention import attention_board
 from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, deploy_plan_request, stack_plan_new
 from stacks.views.detail import stack_reveal
 from stacks.views.exports_page import account_exports, all_exports
-from stacks.views.people import account_member_reveal
+from stacks.views.people import account_member_reveal, account_rule_add, account_rule_remove
 from stacks.views.tokens import api_token_revoke, api_tokens
 
 STACK = "stacks/<str:account_id>/<str:region_slug>/<str:stack_name>/"
@@ -67,6 +67,8 @@ account_patterns = [
         notify_views.webhook_redeliver,
         name="webhook_redeliver",
     ),
+    path("rules/", account_rule_add, name="account_rule_add"),
+    path("rules/<int:rule_id>/remove/", account_rule_remove, name="account_rule_remove"),
 ]
 
 urlpatterns = [

@@ -1,10 +1,15 @@
-"""An account's settings: the approval policy per operation kind and the people with a role
+"""An account's settings: the approval policy per operation kind, the people with a role
 on it, with each one's reveal right (download a record's stored bytes unmasked; admins hold
-it by role). Only the account's admins (and superusers) see or change them: others with a role get
-403, outsiders 404. Every change is recorded in the audit log."""
+it by role), and the group rules that give single sign-on people roles. Only the account's
+admins (and superusers) see or change them: others with a role get 403, outsiders 404.
+Every change is recorded in the audit log.
+
+A role granted here and a role from group rules are kept apart (`Membership.combine`): the
+page edits the grant, rules edit theirs, and the person holds the higher of the two."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -13,12 +18,41 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from stacks import audit, operations
+from stacks import audit, grouproles, operations
 from stacks.access import get_account_or_404, has_role
 from stacks.forms import MemberAddForm, MemberRevealForm, MemberRoleForm, PolicyForm
-from stacks.models import Account, ApprovalPolicy, Membership, OperationKind, min_approvers
+from stacks.models import (
+    Account,
+    ApprovalPolicy,
+    GroupRoleRule,
+    Membership,
+    MembershipSource,
+    OperationKind,
+    Role,
+    min_approvers,
+)
 from stacks.views.common import AuthedRequest
 from stacks.views.operations import refusal
+
+
+class GroupRuleForm(forms.Form):
+    """A group rule from the settings page: this account, or (superusers) a name pattern."""
+
+    group = forms.CharField(max_length=255, strip=True)
+    role = forms.ChoiceField(choices=Role.choices)
+    account_pattern = forms.CharField(max_length=200, required=False, strip=True)
+
+    def clean_group(self) -> str:
+        group = self.cleaned_data["group"]
+        if any(ord(c) < 32 or ord(c) == 127 for c in group):
+            raise forms.ValidationError("The group name holds a control character.")
+        return group
+
+    def clean_account_pattern(self) -> str:
+        pattern = self.cleaned_data["account_pattern"]
+        if any(ord(c) < 32 or ord(c) == 127 for c in pattern):
+            raise forms.ValidationError("The account pattern holds a control character.")
+        return pattern
 
 
 def _admin_account(request: AuthedRequest, account_id: str) -> Account | HttpResponse:
@@ -49,6 +83,7 @@ def _settings_page(
     status: int = 200,
     policy_form: PolicyForm | None = None,
     add_form: MemberAddForm | None = None,
+    rule_form: GroupRuleForm | None = None,
 ) -> HttpResponse:
     rows = {p.kind: p for p in ApprovalPolicy.objects.filter(account=account)}
     # What `operations.policy_for` applies: the row (or one approver, 24 hours) raised to the floor.
@@ -71,6 +106,8 @@ def _settings_page(
         "members": Membership.objects.filter(account=account).select_related("user").order_by("user__username"),
         "add_form": add_form or MemberAddForm(),
         "role_form": MemberRoleForm(),
+        "rules": [r for r in GroupRoleRule.objects.select_related("account") if r.matches(account)],
+        "rule_form": rule_form or GroupRuleForm(),
     }
     return render(request, "stacks/account_settings.html", context, status=status)
 
@@ -131,11 +168,24 @@ def account_member_add(request: AuthedRequest, account_id: str) -> HttpResponse:
         membership, created = Membership.objects.get_or_create(user=user, account=account, defaults={"role": role})
         if created:
             _record(request, "membership.changed", account, f"{username}: none->{role}")
+        elif membership.source == MembershipSource.RULE:
+            # Only rules held it: the grant is added beside them.
+            old = membership.role
+            membership.combine(role, membership.rule_role)
+            membership.save(update_fields=["role", "source", "granted_role", "rule_role"])
+            change = f"{username}: {old}->{membership.role}"
+            _record(request, "membership.changed", account, change + _granted_note(membership, role))
+            created = True
     if not created:
         messages.error(request, f"{username} already is {membership.role} on {account}; change the role below.")
         return _settings_page(request, account, status=409, add_form=form)
     messages.success(request, f"{username} is now {role} on {account}.")
     return redirect("account_settings", account_id=account.account_id)
+
+
+def _granted_note(membership: Membership, granted: str) -> str:
+    """Where a group rule holds the person above the grant, the log says what was granted."""
+    return f" (granted {granted})" if membership.role != granted else ""
 
 
 def _membership(request: AuthedRequest, account: Account, membership_id: int) -> Membership:
@@ -160,13 +210,14 @@ def account_member_change(request: AuthedRequest, account_id: str, membership_id
     if _own(request, membership):
         messages.error(request, "You cannot change your own role; ask another admin.")
         return _settings_page(request, account, status=400)
-    old, new = membership.role, form.cleaned_data["role"]
-    if old != new:
+    old, granted = membership.role, form.cleaned_data["role"]
+    if membership.manual_role != granted:
         with transaction.atomic():
-            membership.role = new
-            membership.save(update_fields=["role"])
-            _record(request, "membership.changed", account, f"{membership.user.get_username()}: {old}->{new}")
-    messages.success(request, f"{membership.user.get_username()} is now {new} on {account}.")
+            membership.combine(granted, membership.rule_role)
+            membership.save(update_fields=["role", "source", "granted_role", "rule_role"])
+            change = f"{membership.user.get_username()}: {old}->{membership.role}"
+            _record(request, "membership.changed", account, change + _granted_note(membership, granted))
+    messages.success(request, f"{membership.user.get_username()} is now {membership.role} on {account}.")
     return redirect("account_settings", account_id=account.account_id)
 
 
@@ -181,9 +232,18 @@ def account_member_remove(request: AuthedRequest, account_id: str, membership_id
         return _settings_page(request, account, status=400)
     username, old = membership.user.get_username(), membership.role
     with transaction.atomic():
-        membership.delete()
-        _record(request, "membership.changed", account, f"{username}: {old}->none")
-    messages.success(request, f"{username} no longer has a role on {account}.")
+        if membership.rule_role:
+            # The grant goes; what the person's groups give stays until the rules say otherwise.
+            membership.combine("", membership.rule_role)
+            membership.save(update_fields=["role", "source", "granted_role", "rule_role"])
+            _record(request, "membership.changed", account, f"{username}: {old}->{membership.role} (grant removed)")
+        else:
+            membership.delete()
+            _record(request, "membership.changed", account, f"{username}: {old}->none")
+    if membership.rule_role:
+        messages.success(request, f"Removed the grant: {username} stays {membership.role} on {account} by group rules.")
+    else:
+        messages.success(request, f"{username} no longer has a role on {account}.")
     return redirect("account_settings", account_id=account.account_id)
 
 
@@ -205,4 +265,74 @@ def account_member_reveal(request: AuthedRequest, account_id: str, membership_id
             membership.save(update_fields=["can_reveal"])
             _record(request, "membership.changed", account, f"{name}: reveal {'granted' if new else 'withdrawn'}")
     messages.success(request, f"{name} {'may' if new else 'may no longer'} reveal stored records of {account}.")
+    return redirect("account_settings", account_id=account.account_id)
+
+
+# --- group rules ---------------------------------------------------------------------------
+
+
+def _rule_audit(request: AuthedRequest, rule: GroupRoleRule, verb: str, account: Account) -> None:
+    audit.record(
+        "group_rule.changed",
+        actor=request.user.get_username(),
+        actor_user=request.user,
+        # A pattern rule reaches many accounts: it is logged site-wide, each role it moves per account.
+        account=rule.account if rule.account_id else None,
+        result="ok",
+        details={"change": f"{verb} {rule.group} -> {rule.role} on {rule.target}", "from_account": account.account_id},
+        client_address=audit.client_ip(request),
+    )
+
+
+@require_POST
+def account_rule_add(request: AuthedRequest, account_id: str) -> HttpResponse:
+    """A rule for this account; a pattern rule (many accounts, some not this admin's) needs a superuser."""
+    account = _admin_account(request, account_id)
+    if isinstance(account, HttpResponse):
+        return account
+    form = GroupRuleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The group rule was not added: give a group name and a role.")
+        return _settings_page(request, account, status=400, rule_form=form)
+    group, role, pattern = (form.cleaned_data[k] for k in ("group", "role", "account_pattern"))
+    if pattern and not request.user.is_superuser:
+        messages.error(request, "Only a superuser can add a rule for every account matching a pattern.")
+        return _settings_page(request, account, status=403, rule_form=form)
+    duplicate = GroupRoleRule.objects.filter(group=group)
+    duplicate = duplicate.filter(account_pattern=pattern) if pattern else duplicate.filter(account=account)
+    if duplicate.exists():
+        messages.error(request, f"{group} already has a rule for {pattern or account}; remove it first.")
+        return _settings_page(request, account, status=409, rule_form=form)
+    with transaction.atomic():
+        rule = GroupRoleRule.objects.create(
+            group=group,
+            role=role,
+            account=None if pattern else account,
+            account_pattern=pattern,
+            created_by=request.user.get_username(),
+        )
+        _rule_audit(request, rule, "added", account)
+        changed = grouproles.refresh_everyone(reason=f"rule added by {request.user.get_username()}")
+    messages.success(request, f"People in {group} are now {role} on {rule.target} ({changed} role change(s) now).")
+    return redirect("account_settings", account_id=account.account_id)
+
+
+@require_POST
+def account_rule_remove(request: AuthedRequest, account_id: str, rule_id: int) -> HttpResponse:
+    account = _admin_account(request, account_id)
+    if isinstance(account, HttpResponse):
+        return account
+    rule = get_object_or_404(GroupRoleRule.objects.select_related("account"), pk=rule_id)
+    if not rule.matches(account):
+        return _settings_page(request, account, status=404)
+    if rule.account_pattern and not request.user.is_superuser:
+        messages.error(request, "Only a superuser can remove a rule for every account matching a pattern.")
+        return _settings_page(request, account, status=403)
+    with transaction.atomic():
+        _rule_audit(request, rule, "removed", account)
+        rule.delete()
+        changed = grouproles.refresh_everyone(reason=f"rule removed by {request.user.get_username()}")
+    messages.success(
+        request, f"Removed the rule {rule.group} -> {rule.role} on {rule.target} ({changed} role change(s))."
+    )
     return redirect("account_settings", account_id=account.account_id)

@@ -30,6 +30,7 @@ from stacks.models import (
     Assembly,
     DeploymentRun,
     DeployPlan,
+    GroupRoleRule,
     Membership,
     NotificationEvent,
     OperationStatus,
@@ -203,6 +204,14 @@ RULES: dict[str, Rule] = {
         lambda w: {**webhook_kwargs(w), "delivery_id": w.values["delivery"].pk}, post=ADMIN_ACTION
     ),
     "notification_settings": Rule(get=every(200), post=every(302)),
+    # Group rules for this account: its admins (pattern rules need a superuser, tests/sso).
+    "account_rule_add": Rule(
+        lambda w: {"account_id": A}, post=ADMIN_ACTION, data=lambda w: {"group": "readers", "role": "viewer"}
+    ),
+    "account_rule_remove": Rule(lambda w: {"account_id": A, "rule_id": w.values["rule"].pk}, post=ADMIN_ACTION),
+    # Single sign-on is off unless configured (tests/sso runs it against a real provider).
+    "oidc_authentication_init": Rule(get=every(404)),
+    "oidc_authentication_callback": Rule(get=every(404)),
 }
 
 
@@ -252,6 +261,7 @@ def build_world() -> World:
         "nina": Membership.objects.get(user=member("nina", prod, Role.VIEWER)),
         # ada's token: only ada (and no superuser) may revoke it.
         "token": create_token(people["admin"], "ci", expires_at=None, read_only=True)[0],
+        "rule": GroupRoleRule.objects.create(group="leads", account=prod, role=Role.APPROVER),
         "run": DeploymentRun.objects.create(
             account=prod, stack_name=STACK_NAME, region="us-east-1", run_id="20240319T080000000Z-1a2b3c4d"
         ),

@@ -1,0 +1,53 @@
+"""A tiny OpenID provider for the single sign-on tests: django-oauth-toolkit's OIDC
+provider in its own Django project and process (tests/support/oidc_provider/server.py).
+Everything comes from the environment the test fixture sets: the SQLite file, the RS256
+key generated at start, the issuer URL, and how long an identity token lives."""
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SECRET_KEY = "oidc-test-provider-only"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "oauth2_provider",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+ROOT_URLCONF = "tests.support.oidc_provider.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [HERE / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["OIDC_PROVIDER_DB"]}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+LOGIN_URL = "/accounts/login/"
+# The provider's cookies must not be confused with the app's in a shared browser.
+SESSION_COOKIE_NAME = "provider_sessionid"
+CSRF_COOKIE_NAME = "provider_csrftoken"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # test speed only
+
+OAUTH2_PROVIDER = {
+    "OIDC_ENABLED": True,
+    "OIDC_RSA_PRIVATE_KEY": Path(os.environ["OIDC_PROVIDER_KEY"]).read_text(),
+    "OIDC_ISS_ENDPOINT": os.environ["OIDC_PROVIDER_ISSUER"],
+    "OAUTH2_VALIDATOR_CLASS": "tests.support.oidc_provider.validators.GroupsValidator",
+    "SCOPES": {"openid": "OpenID Connect", "email": "E-mail", "profile": "Profile"},
+    "PKCE_REQUIRED": True,
+    # Negative for the expired-token test: a token already past its exp when issued.
+    "ID_TOKEN_EXPIRE_SECONDS": int(os.environ.get("OIDC_PROVIDER_ID_TOKEN_SECONDS", "600")),
+}
+LOGGING = {"version": 1, "disable_existing_loggers": True, "root": {"level": "ERROR"}}
