@@ -114,6 +114,13 @@ class PreloadingWorker(Worker):
         super().__init__(*args, **kwargs)
         preload()
 
+    @property
+    def dequeue_timeout(self) -> int:
+        """An idle worker renews its heartbeat each time its blocking pop times out: every
+        CDKD_WORKER_HEARTBEAT_SECONDS instead of RQ's worker_ttl - 15 (405 s), so /healthz
+        can tell a live idle worker from a dead one within a minute or two."""
+        return max(1, min(super().dequeue_timeout, settings.CDKD_WORKER_HEARTBEAT_SECONDS))
+
     def handle_work_horse_killed(self, job, retpid, ret_val, rusage) -> None:
         """RQ fails a job whose work-horse died (SIGKILL, out of memory) without calling its
         failure callback: call it here, so an account sync's runs hear of it at once."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import sys
@@ -50,6 +51,22 @@ def envsecret(name: str, default: str = "") -> str:
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from None
     return os.environ.get(name, default)
+
+
+def envcidrs(name: str) -> list[str]:
+    """Comma-separated networks (a bare address is a /32 or /128), each checked here."""
+    networks = []
+    for item in os.environ.get(name, "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not a network (write it like 10.0.0.0/8 or 192.168.1.5)"
+            ) from None
+    return networks
 
 
 def envjson(name: str) -> dict:
@@ -259,6 +276,9 @@ CDKD_SYNC_INTERVAL = envint("CDKD_SYNC_INTERVAL", "300")
 # How many S3 GETs one sync runs at once (per account), and how many accounts at once.
 CDKD_SYNC_CONCURRENCY = envint("CDKD_SYNC_CONCURRENCY", "32", minimum=1)
 CDKD_SYNC_ACCOUNT_CONCURRENCY = envint("CDKD_SYNC_ACCOUNT_CONCURRENCY", "4", minimum=1)
+# Seconds between scheduled drift checks (each account its own job); 0 turns them off. Reads per stack at once.
+CDKD_DRIFT_INTERVAL = envint("CDKD_DRIFT_INTERVAL", "0")
+CDKD_DRIFT_CONCURRENCY = envint("CDKD_DRIFT_CONCURRENCY", "10", minimum=1)
 # Workers load the job code and AWS models once, not in every job's fork (cdkd_site.queues).
 RQ["WORKER_CLASS"] = "cdkd_site.queues.PreloadingWorker"
 # The region cdkd would use as its CLI region (legacy bucket names carry it).
@@ -278,6 +298,14 @@ CDKD_MIN_APPROVERS_RESTORE = envint("CDKD_MIN_APPROVERS_RESTORE", "0")
 CDKD_MIN_APPROVERS_SCRUB = envint("CDKD_MIN_APPROVERS_SCRUB", "0")
 # The floor for force-unlocking a stack.
 CDKD_MIN_APPROVERS_FORCE_UNLOCK = envint("CDKD_MIN_APPROVERS_FORCE_UNLOCK", "0")
+# Days the audit log must be able to name a record's versions: a state bucket whose lifecycle
+# expires noncurrent versions sooner is a posture problem.
+CDKD_AUDIT_RETENTION_DAYS = envint("CDKD_AUDIT_RETENTION_DAYS", "365", minimum=1)
+# Seconds between bucket posture checks of each account (run from the sync schedule); 0: off.
+CDKD_POSTURE_INTERVAL = envint("CDKD_POSTURE_INTERVAL", "86400")
+# The floors for state migrate and for pruning event history.
+CDKD_MIN_APPROVERS_STATE_MIGRATE = envint("CDKD_MIN_APPROVERS_STATE_MIGRATE", "0")
+CDKD_MIN_APPROVERS_EVENTS_PRUNE = envint("CDKD_MIN_APPROVERS_EVENTS_PRUNE", "0")
 # How long a sync trusts the bucket name and region an earlier sync resolved.
 CDKD_BUCKET_RECHECK_SECONDS = envint("CDKD_BUCKET_RECHECK_SECONDS", "3600")
 # A running operation whose worker wrote no heartbeat for this long is marked abandoned.
@@ -288,6 +316,27 @@ CDKD_LOCK_TTL_SECONDS = envint("CDKD_LOCK_TTL_SECONDS", "1800", minimum=2)
 # below this schema version are "old" (v6 and earlier read provisionedBy as a legacy default).
 CDKD_ATTENTION_LOCK_AGE = envint("CDKD_ATTENTION_LOCK_AGE", "3600", minimum=1)
 CDKD_ATTENTION_MIN_SCHEMA = envint("CDKD_ATTENTION_MIN_SCHEMA", "7", minimum=1)
+
+# --- Health and metrics (stacks.health, stacks.metrics) ---------------------------------------
+# An idle worker renews its RQ heartbeat this often (RQ's own idle interval is 405 s, too
+# slow for a health check); a busy one renews it every 30 s (RQ's job monitoring).
+CDKD_WORKER_HEARTBEAT_SECONDS = envint("CDKD_WORKER_HEARTBEAT_SECONDS", "30", minimum=1)
+# /healthz fails when a queue has no worker whose heartbeat is at most this old.
+CDKD_HEALTH_WORKER_SECONDS = envint("CDKD_HEALTH_WORKER_SECONDS", "90", minimum=1)
+if CDKD_HEALTH_WORKER_SECONDS - max(CDKD_WORKER_HEARTBEAT_SECONDS, 30) <= 0:
+    raise ImproperlyConfigured(
+        f"CDKD_HEALTH_WORKER_SECONDS ({CDKD_HEALTH_WORKER_SECONDS}) must be more than the worker heartbeat "
+        f"interval (CDKD_WORKER_HEARTBEAT_SECONDS={CDKD_WORKER_HEARTBEAT_SECONDS}, and RQ's 30 s during a job)"
+    )
+# How long /healthz waits for Redis to answer (seconds).
+CDKD_HEALTH_TIMEOUT_SECONDS = envint("CDKD_HEALTH_TIMEOUT_SECONDS", "2", minimum=1)
+# /metrics is closed unless one of these is set; each one that is set must be satisfied.
+# The bearer token Prometheus sends (or CDKD_METRICS_TOKEN_FILE: a file holding it).
+CDKD_METRICS_TOKEN = envsecret("CDKD_METRICS_TOKEN").strip()
+# Client networks allowed to scrape, comma-separated (10.0.0.0/8,192.168.1.5); the client
+# address is the one CDKD_PROXY_COUNT picks.
+CDKD_METRICS_ALLOW_CIDRS = envcidrs("CDKD_METRICS_ALLOW_CIDRS")
+
 # How long a destroy waits for a custom resource's Delete handler to answer when its Lambda
 # returned nothing (the CDK provider framework's async shape); cdkd's is 1 hour (CDK's
 # totalTimeout). SNS tokens and handlers that returned something get cdkd's fixed 30 s.
@@ -305,6 +354,26 @@ CDKD_ASSEMBLY_STORAGE_OPTIONS = envjson("CDKD_ASSEMBLY_STORAGE_OPTIONS") or (
     {"location": str(BASE_DIR / "var" / "assemblies")} if CDKD_ASSEMBLY_STORAGE.endswith(".FileSystemStorage") else {}
 )
 STORAGES["assemblies"] = {"BACKEND": CDKD_ASSEMBLY_STORAGE, "OPTIONS": CDKD_ASSEMBLY_STORAGE_OPTIONS}
+# --- notifications (stacks.notify, stacks.webhooks) ---
+# The app's own address, for the links in emails and webhook payloads.
+CDKD_BASE_URL = os.environ.get("CDKD_BASE_URL", "http://localhost:8000").strip().rstrip("/")
+if not CDKD_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"CDKD_BASE_URL must start with http:// or https://, not {CDKD_BASE_URL!r}")
+# A lock older than this is reported once per lock (lock.stale) by the sync that sees it; 0: never.
+CDKD_LOCK_STALE_SECONDS = envint("CDKD_LOCK_STALE_SECONDS", "3600")
+# Webhook calls from the worker: timeout per attempt, retries after the first, first backoff (doubling).
+CDKD_WEBHOOK_TIMEOUT_SECONDS = envint("CDKD_WEBHOOK_TIMEOUT_SECONDS", "10", minimum=1)
+CDKD_WEBHOOK_RETRIES = envint("CDKD_WEBHOOK_RETRIES", "5")
+CDKD_WEBHOOK_BACKOFF_SECONDS = envint("CDKD_WEBHOOK_BACKOFF_SECONDS", "10")
+RQ_QUEUES["notify"] = {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300}
+# Email through Django's mail backend (SMTP unless EMAIL_BACKEND says otherwise).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", "25", minimum=1)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "False")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "cdkd-admin@localhost")
 # Fernet keys for record bodies at rest, comma-separated: the first encrypts, all decrypt.
 CDKD_ENCRYPTION_KEYS = [k.strip() for k in envsecret("CDKD_ENCRYPTION_KEYS").split(",") if k.strip()]
 if not CDKD_ENCRYPTION_KEYS:

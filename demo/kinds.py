@@ -72,10 +72,12 @@ def export_alias(stack: str, lid: str, attr: str) -> tuple[str, str]:
 
 
 def build_data(b: StackBuilder, domain: str) -> None:
-    key = b.kms_key(f"{domain}DataKey", alias=f"{b.stack.lower()}/{domain.lower()}-data")
-    table = b.table(f"{domain}Table", stream=True)
-    bucket = b.bucket(f"{domain}Archive", kms_key=key)
-    b.bucket_policy(bucket)
+    # Every row an SDK type the demo creates, none retained: a destroy (where no Api stack
+    # imports the table) deletes everything. The alias and bucket-policy rows cdkd also
+    # writes are shown by the showcase stacks; here they would be skipped (no SDK delete).
+    key = b.kms_key(f"{domain}DataKey", retain=False)
+    table = b.table(f"{domain}Table", stream=True, retain=False)
+    bucket = b.bucket(f"{domain}Archive", kms_key=key, retain=False)
     for attr, value in (
         ("Arn", b.resources[table]["attributes"]["Arn"]),
         ("StreamArn", b.resources[table]["attributes"]["StreamArn"]),

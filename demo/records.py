@@ -234,7 +234,9 @@ class StackBuilder:
             deps=[topic, queue],
         )
 
-    def table(self, path: str, *, pk: str = "pk", sk: str | None = "sk", stream: bool = False) -> str:
+    def table(
+        self, path: str, *, pk: str = "pk", sk: str | None = "sk", stream: bool = False, retain: bool = True
+    ) -> str:
         lid = self.lid(path)
         name = self.generated_name(lid, 255)
         keys = [{"AttributeName": pk, "KeyType": "HASH"}] + ([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else [])
@@ -257,7 +259,7 @@ class StackBuilder:
             name,
             props,
             attrs,
-            deletion="Retain",
+            deletion="Retain" if retain else None,
             observed={**copy.deepcopy(props), "TableName": name, "DeletionProtectionEnabled": False, "Tags": []},
         )
 
@@ -375,7 +377,7 @@ class StackBuilder:
             observed={"Type": "String", "Name": name, "Value": value, "Tier": "Standard", "DataType": "text"},
         )
 
-    def kms_key(self, path: str, alias: str | None = None) -> str:
+    def kms_key(self, path: str, alias: str | None = None, *, retain: bool = True) -> str:
         lid = self.lid(path)
         key_id = _uuid(self.rng)
         self.add(
@@ -397,7 +399,7 @@ class StackBuilder:
                 },
             },
             {"Arn": self.arn("kms", f"key/{key_id}"), "KeyId": key_id},
-            deletion="Retain",
+            deletion="Retain" if retain else None,
         )
         if alias:
             self.add(

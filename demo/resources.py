@@ -2,11 +2,12 @@
 
 A destroy in the demo deletes real things: every SQS queue, SNS topic and subscription,
 DynamoDB table, S3 bucket, IAM role and inline policy, SSM parameter, Lambda function and
-log group that a healthy stack's record lists is created under the physical id the record
-holds. Where AWS picks the id (an SNS subscription's ARN), the record is given AWS's id
-before it is written. KMS keys and Secrets Manager secrets (AWS picks their ids too) and the
-types only Cloud Control deletes (which moto does not serve) are not created: the stacks the
-demo offers to destroy (`DESTROYABLE_KINDS`) hold none of them.
+log group, KMS key and Secrets Manager secret that a healthy stack's record lists is created
+under the physical id the record holds. Where AWS picks the id (an SNS subscription's ARN, a
+KMS key's id, a secret's ARN suffix), the record is given AWS's id, everywhere it appears,
+before it is written. The types only Cloud Control deletes (which moto does not serve) are
+not created: the stacks the demo offers to destroy (`DESTROYABLE_KINDS`, less the Data
+stacks an Api stack imports from, which a destroy refuses) hold none of them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from demo.records import StackBuilder
 
 # The stack kinds whose every row is an SDK type the demo creates: a destroy of one ends
 # Succeeded with every row deleted.
-DESTROYABLE_KINDS = ("Events", "Api")
+DESTROYABLE_KINDS = ("Data", "Events", "Api")
 
 _SESSION_LOCK = threading.Lock()
 _CONFIG = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32)
@@ -104,6 +105,7 @@ class _Creator:
 
     def create(self, live: LiveStack) -> int:
         """Create the stack's resources; returns how many. Rewrites AWS-chosen ids in `live.record`."""
+        self.live = live
         rows = live.record["resources"]
         made = 0
         for lid in _order(rows):
@@ -178,6 +180,38 @@ class _Creator:
 
     def _aws_logs_loggroup(self, row: dict[str, Any], rows: dict[str, Any]) -> None:
         self.client("logs").create_log_group(logGroupName=row["physicalId"])
+
+    def _aws_kms_key(self, row: dict[str, Any], rows: dict[str, Any]) -> None:
+        meta = self.client("kms").create_key(Description=row["physicalId"])["KeyMetadata"]
+        self.rename(row["physicalId"], meta["KeyId"])  # the ARN ends with the id
+        arn = (row.get("attributes") or {}).get("Arn")
+        if arn and arn != meta["Arn"]:
+            self.rename(arn, meta["Arn"])
+
+    def _aws_secretsmanager_secret(self, row: dict[str, Any], rows: dict[str, Any]) -> None:
+        props = row["properties"]
+        # The value is the demo's own (never shown: the record holds no secret string).
+        answer = self.client("secretsmanager").create_secret(
+            Name=props["Name"], SecretString='{"username":"app","password":"demo-only"}'
+        )
+        self.rename(row["physicalId"], answer["ARN"])
+
+    def rename(self, old: str, new: str) -> None:
+        """AWS chose `new` for what the record called `old`: rewrite every string of the
+        record that holds it (the row's id and attributes, references such as a bucket's
+        KMSMasterKeyID, `{{resolve:secretsmanager:...}}`, outputs)."""
+
+        def walk(value: Any) -> Any:
+            if isinstance(value, str):
+                return value.replace(old, new) if old in value else value
+            if isinstance(value, dict):
+                for k in value:
+                    value[k] = walk(value[k])
+            elif isinstance(value, list):
+                value[:] = [walk(v) for v in value]
+            return value
+
+        walk(self.live.record)
 
 
 def create_resources(get_session: Callable[[str], boto3.Session], stacks: list[LiveStack], *, workers: int = 8) -> int:

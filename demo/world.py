@@ -129,10 +129,20 @@ class _World(Showcase):
         for name, ref in self.versions_seen.items():
             self.interesting.setdefault(f"version_{name}", ref)
         locked = {(ref.account_id, ref.stack) for name, ref in self.interesting.items() if "lock" in name}
+        # A destroy refuses a stack another record imports from (an Api stack binds to its
+        # Data stack's table export): those are shown refused, not offered as clean destroys.
+        imported = {
+            (live.builder.account, entry.get("sourceStack"), entry.get("sourceRegion"))
+            for live in self.live
+            for entry in live.record.get("imports") or []
+            if isinstance(entry, dict)
+        }
         self.destroyable = [
             StackRef(live.builder.account, live.builder.stack, live.builder.region, live.put.key, live.kind)
             for live in self.live
-            if live.kind in DESTROYABLE_KINDS and (live.builder.account, live.builder.stack) not in locked
+            if live.kind in DESTROYABLE_KINDS
+            and (live.builder.account, live.builder.stack) not in locked
+            and (live.builder.account, live.builder.stack, live.builder.region) not in imported
         ]
         for plan in self.plans.values():
             summary = plan.summary

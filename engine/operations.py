@@ -185,6 +185,9 @@ def _load() -> None:
         "engine.destroy",
         "engine.scrub",
         "engine.deploy.operation",
+        "engine.refresh",
+        "engine.migrate",
+        "engine.prune",
     ):
         try:
             importlib.import_module(module)

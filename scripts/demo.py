@@ -208,14 +208,29 @@ def release_redis(url: str) -> bool:
     return True
 
 
-def main() -> None:
+def shutdown(children: Children, redis_url: str, redis_server: Any) -> None:
+    """Stop the children, then empty the demo's Redis database, then the fakeredis server:
+    in that order, since the worker may still write as it finishes its job."""
+    children.stop()
+    if redis_url and release_redis(redis_url):
+        say(f"  Redis      emptied {redis_url}")
+    if redis_server is not None:
+        redis_server.shutdown()
+        redis_server.server_close()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run the cdkd Admin demo.")
     parser.add_argument("--port", type=int, default=8000, help="web app port (another is picked if busy)")
     parser.add_argument("--moto-port", type=int, default=5077, help="moto server port (another is picked if busy)")
     parser.add_argument(
         "--fakeredis", action="store_true", help="use the in-process fakeredis server even if a Redis answers"
     )
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))  # first: `import demo` is the package at the root, not this script
     VAR.mkdir(exist_ok=True)
@@ -283,10 +298,14 @@ def main() -> None:
         say(f"  seeded     {world.state_records} stack records ({world.objects} objects) in {world.seconds:.1f} s:")
         for line in world.describe():
             say("               " + line)
+        examples = sorted({f"{r.stack} ({r.region})" for r in world.destroyable if r.account_id == LEAK_ACCOUNT})
         say(
             f"  AWS        {world.resources} resources the records describe, created in moto; "
-            f"{len(world.destroyable)} stacks destroy cleanly, e.g. "
-            + ", ".join(sorted({ref.stack for ref in world.destroyable if ref.account_id == LEAK_ACCOUNT})[:3])
+            f"{len(world.destroyable)} stacks destroy cleanly, e.g. " + ", ".join(examples[:3])
+        )
+        say(
+            "             the Analytics and Db stacks keep types only Cloud Control deletes, which moto does not"
+            " serve: their destroy pages say so, row by row, before anything is requested"
         )
         say(f"  secrets    {leak.stack} ({leak.account_id}) holds leaked secrets: scan and scrub it at /secrets/")
 
@@ -331,6 +350,7 @@ def main() -> None:
             "    for account in Account.objects.all():\n"
             "        Membership.objects.update_or_create(user=user, account=account, defaults={'role': role})\n",
         )
+        say(manage(env, "shell", "-v", "0", "-c", "from demo.notifications import seed; seed()").stdout.rstrip())
         sync = manage(env, "cdkd", "sync", "--json", check=False)
         try:
             rows = json.loads(sync.stdout)["accounts"]
@@ -350,7 +370,7 @@ def main() -> None:
             if redis_server is not None and importlib.util.find_spec("lupa") is None:
                 # RQ's scheduler (the periodic sync) runs Lua scripts, which fakeredis can
                 # only do with lupa installed: run the plain worker, jobs still run.
-                command = ["rqworker", "default", "sync"]
+                command = ["rqworker", "default", "sync", "notify"]
                 note = "running, without the sync schedule (fakeredis has no Lua without lupa)"
             worker = children.start("worker", [PY, "manage.py", *command], VAR / "demo-worker.log", env)
             time.sleep(1.5)
@@ -383,12 +403,7 @@ def main() -> None:
         say()
         say("Stopping the demo ...")
     finally:
-        children.stop()  # first: the worker may still write as it finishes its job
-        if redis_url and release_redis(redis_url):
-            say(f"  Redis      emptied {redis_url}")
-        if redis_server is not None:
-            redis_server.shutdown()
-            redis_server.server_close()
+        shutdown(children, redis_url, redis_server)
     say("Stopped.")
 
 

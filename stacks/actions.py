@@ -86,6 +86,24 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
         if damaged:
             return _damaged(damaged)
         return None
+    if kind == OperationKind.DEPLOY:
+        if damaged:
+            first = damaged[0]
+            return (
+                f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}): a deploy refuses it, "
+                "as cdkd's does. Repair or restore it first."
+            )
+        return None
+    if kind in DRIFT_KINDS:
+        if stack.legacy:
+            return "A legacy record (no region in its key) has no drift baseline here; a cdkd deploy migrates it first."
+        if damaged:
+            first = damaged[0]
+            return (
+                f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}): no baseline is written "
+                f"on its strength. Repair it, or orphan the record."
+            )
+        return None if stack.resource_count else "The record lists no resources."
     return None  # restore: the chosen version is checked when it is planned
 
 
@@ -115,6 +133,10 @@ def _rollback_why_not(stack: Stack, damaged: list[dict[str, Any]], lock: Lock | 
     return None
 
 
+# Drift's operations (engine.refresh): offered from the stack page's drift panel.
+DRIFT_KINDS = (OperationKind.REFRESH_OBSERVED, OperationKind.DRIFT_ACCEPT, OperationKind.DRIFT_REVERT)
+
+
 STACK_PAGE_KINDS = (
     OperationKind.FORCE_UNLOCK,
     OperationKind.ORPHAN,
@@ -125,7 +147,13 @@ STACK_PAGE_KINDS = (
 
 
 class StackActions(dict):
-    """The stack page's repair buttons, keyed by kind with `-` as `_` (for templates)."""
+    """The stack page's repair buttons, keyed by kind with `-` as `_` (for templates), and
+    `others`: actions with their own button elsewhere on the page (Plan a deploy) whose
+    reasons share the one list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.others: list[Action] = []
 
     @property
     def buttons(self) -> list[Action]:
@@ -136,7 +164,7 @@ class StackActions(dict):
         """(reason, the actions it disables): one line per reason, not one per button.
         Force-unlock without a lock has no button to explain."""
         groups: dict[str, list[Action]] = {}
-        for action in self.values():
+        for action in [*self.values(), *self.others]:
             if not action.allowed and action.kind != OperationKind.FORCE_UNLOCK:
                 groups.setdefault(action.reason, []).append(action)
         return list(groups.items())
@@ -152,6 +180,9 @@ def stack_actions(user, stack: Stack, *, lock: Lock | None = None, lock_known: b
         if not operator:
             reason = f"You need the operator role on {stack.account} to request this."
         out[kind.replace("-", "_")] = Action(kind, label, reason is None, reason or "")
+    if operator:
+        reason = why_not(stack, OperationKind.DEPLOY, lock=lock, lock_known=lock_known)
+        out.others.append(Action(OperationKind.DEPLOY, "Plan a deploy", reason is None, reason or ""))
     return out
 
 

@@ -257,6 +257,10 @@ class AuditEventAdmin(ReadOnlyAdmin):
         return actions
 
 
+# "Assemblys" otherwise; as for the event indexes, no migration.
+Assembly._meta.verbose_name_plural = "assemblies"
+
+
 @admin.register(Assembly)
 class AssemblyAdmin(ReadOnlyAdmin):
     list_display = ["digest", "stack_names", "size", "file_count", "uploaded_by", "created_at"]

@@ -22,6 +22,7 @@ from engine.schema import SUPPORTED_VERSION
 from stacks import actions, lockcard
 from stacks.attentionrows import (
     DEAD_LOCK,
+    DRIFT,
     FAILED_RUN,
     JOURNAL,
     KINDS,
@@ -402,10 +403,27 @@ def _failed_run_rows(ctx: Context) -> list[Row]:
 
 
 def _drift_rows(ctx: Context) -> list[Row]:
-    """DRIFT PLACEHOLDER: drift found by the last drift check, with accept or revert. The
-    drift model is being built elsewhere (issue 13, "Drift"); until stacks.models has it,
-    there is nothing to read, so no rows."""
-    return []
+    """The latest drift check of each stack where it found resources MODIFIED or DELETED
+    (`stacks.drift.latest_drifted`: one indexed query), with accept as the next step and
+    revert named beside it. The counts come from the check's summary, not its (encrypted)
+    per-resource body."""
+    from stacks.drift import latest_drifted  # the drift module imports the models this one does
+
+    rows = []
+    for check in latest_drifted(list(ctx.accounts.values())):
+        stack = check.stack
+        if stack is None:  # the record is gone since the check
+            continue
+        _attach(ctx, stack)
+        counts = check.counts if isinstance(check.counts, dict) else {}
+        modified, deleted = int(counts.get("MODIFIED") or 0), int(counts.get("DELETED") or 0)
+        parts = [f"{modified} modified" if modified else "", f"{deleted} deleted" if deleted else ""]
+        evidence = [", ".join(p for p in parts if p) or f"{check.drifted} drifted", f"checked by {check.trigger}"]
+        step = ctx.operation_step(stack, OperationKind.DRIFT_ACCEPT)
+        evidence.append("or revert: write the recorded values back (Revert drift on the stack page)")
+        problem = f"Drift: {check.drifted} resource{'s' if check.drifted != 1 else ''} differ from the record"
+        rows.append(_stack_row(DRIFT, stack, problem, check.checked_at, step, evidence))
+    return rows
 
 
 # --- records, secrets, buckets ------------------------------------------------------------------

@@ -115,6 +115,7 @@ WEB_KINDS = (
     OperationKind.RESTORE,
     OperationKind.DESTROY,
     OperationKind.SCRUB,
+    *(OperationKind.REFRESH_OBSERVED, OperationKind.DRIFT_ACCEPT, OperationKind.DRIFT_REVERT),
     OperationKind.ROLLBACK,
 )
 FORCEABLE_KINDS = (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES)

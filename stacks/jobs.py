@@ -44,6 +44,15 @@ def run_scan(scan_run_id: int) -> None:
     execute_scan_run(scan_run_id)
 
 
+def posture_check(account_pk: int) -> None:
+    """One account's bucket posture check (stacks.posture); reads bucket settings only."""
+    from stacks.posture import check_account
+
+    account = Account.objects.filter(pk=account_pk).first()
+    if account is not None:
+        check_account(account)
+
+
 def scheduled_sync() -> None:
     """Queue a sync job for every account that has none queued or running, then book the
     next run. The booking lives in Redis, so the schedule survives worker restarts; the
@@ -51,6 +60,9 @@ def scheduled_sync() -> None:
     try:
         housekeeping()
         start_sync_run(list(Account.objects.values_list("pk", flat=True)), trigger="schedule")
+        from stacks.posture import queue_due_checks
+
+        queue_due_checks()
     finally:
         schedule_next_sync(settings.CDKD_SYNC_INTERVAL)
 

@@ -566,6 +566,11 @@ class OperationKind(models.TextChoices):
     SCRUB = "scrub", "Scrub secrets"
     DEPLOY = "deploy", "Deploy"
     ROLLBACK = "rollback", "Roll back"
+    REFRESH_OBSERVED = "refresh-observed", "Refresh observed"
+    DRIFT_ACCEPT = "drift-accept", "Accept drift"
+    DRIFT_REVERT = "drift-revert", "Revert drift"
+    STATE_MIGRATE = "state-migrate", "State migrate"
+    EVENTS_PRUNE = "events-prune", "Prune events"
 
 
 class OperationStatus(models.TextChoices):
@@ -858,3 +863,103 @@ class DeployPlan(models.Model):
 
     def __str__(self) -> str:
         return f"plan of {self.stack_name} ({self.region}) {self.digest[:12]}"
+
+
+# --- drift checks (issue 13) -------------------------------------------------------------------
+
+
+class DriftCheck(models.Model):
+    """One drift check of one stack (stacks.drift): when, what it found per resource
+    (status, reason and differences, masked as every output of engine.drift is), and the
+    API calls it made. `latest` marks the newest check of its stack, so "the latest check
+    per stack with drifted resources" is one indexed filter (`stacks.drift.latest_drifted`)."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="drift_checks")
+    stack = models.ForeignKey(Stack, null=True, on_delete=models.CASCADE, related_name="drift_checks")
+    stack_name = models.CharField(max_length=1024)
+    region = models.CharField(max_length=64)
+    checked_at = models.DateTimeField()
+    trigger = models.CharField(max_length=16, default="schedule", help_text="schedule, cli or web")
+    record_etag = models.CharField(max_length=128, blank=True)
+    drifted = models.PositiveIntegerField(default=0, help_text="MODIFIED + DELETED resources")
+    errors = models.PositiveIntegerField(default=0, help_text="Resources whose read failed")
+    counts = models.JSONField(default=dict, blank=True)
+    # engine.drift's per-resource JSON (masked); encrypted like record bodies all the same.
+    resources = EncryptedJSONField(default=list)
+    api_calls = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the stack could not be checked at all")
+    latest = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+        indexes = [
+            models.Index(fields=["account", "stack_name", "region", "-checked_at"]),
+            models.Index(
+                fields=["account", "-checked_at"],
+                condition=models.Q(latest=True, drifted__gt=0),
+                name="drift_latest_drifted",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"drift of {self.stack_name} ({self.region}) at {self.checked_at:%Y-%m-%d %H:%M}: {self.drifted} drifted"
+
+
+# --- personal API tokens (issue 14) ------------------------------------------------------------
+
+
+class ApiToken(models.Model):
+    """A person's token for the JSON API (`stacks.api`). Only the SHA-256 of the secret is
+    kept: the secret is shown once, when it is made. A token acts as its person, with the
+    person's roles as they are at each call; `read_only` refuses every mutating call."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What the token is for, in the person's words")
+    token_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the secret, hex")
+    prefix = models.CharField(max_length=16, help_text="The secret's first characters, to tell tokens apart")
+    read_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"API token {self.prefix}… ({self.name}) of {self.user}"
+
+    def usable(self, at=None) -> bool:
+        at = at or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > at)
+
+
+# --- bucket posture (issue 13) -----------------------------------------------------------------
+
+
+class BucketPosture(models.Model):
+    """The last posture check of an account's state bucket (`engine.posture`): one entry per
+    check in `results` ({key, label, status, found, change, since}), `since` being when the
+    check's status was first seen. Holds bucket settings only, never a record's content."""
+
+    account = models.OneToOneField(Account, on_delete=models.CASCADE, related_name="posture")
+    bucket = models.CharField(max_length=63, blank=True)
+    checked_at = models.DateTimeField()
+    results = models.JSONField(default=list, blank=True)
+    problem_count = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the bucket could not be checked at all")
+
+    def __str__(self) -> str:
+        return f"posture of {self.bucket or self.account}"
+
+
+# Notifications live in their own module; importing them here makes them this app's models.
+from stacks.notifymodels import (  # noqa: E402, F401
+    EventKind,
+    NotificationEvent,
+    Subscription,
+    Webhook,
+    WebhookDelivery,
+    WebhookFormat,
+)

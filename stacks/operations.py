@@ -25,7 +25,7 @@ from django.utils import timezone
 from engine.errors import EngineError
 from engine.keys import KeyLayout
 from engine.operations import Context, OperationRefused, Plan, StalePlan, spec_for
-from stacks import audit
+from stacks import audit, notify
 from stacks.access import has_role, role_on
 from stacks.actions import forced_override, predicted_refusal
 from stacks.consumers import mirror_finder
@@ -230,6 +230,8 @@ def request_operation(
             if len(valid_approvals(op)) >= policy.approvers_needed:
                 op.status = OperationStatus.APPROVED
                 op.save(update_fields=["status"])
+        if op.status == OperationStatus.AWAITING_APPROVAL:
+            notify.emit("approval.requested", account, operation=op)
         if op.status == OperationStatus.APPROVED:
             _enqueue(op)
     return op
@@ -337,10 +339,12 @@ def decide(user, op: Operation, *, approve: bool, comment: str = "", client_addr
                 OperationStatus.REFUSED,
                 error=f"Rejected by {_actor_name(user)}" + (f": {comment}" if comment else ""),
             )
+            notify.emit("operation.rejected", op.account, operation=op, decided_by=_actor_name(user))
             return op
         if len(valid_approvals(op)) >= policy_for(op.account, op.kind).approvers_needed:
             op.status = OperationStatus.APPROVED
             op.save(update_fields=["status"])
+            notify.emit("operation.approved", op.account, operation=op, decided_by=_actor_name(user))
             _enqueue(op)
     return op
 
@@ -493,6 +497,7 @@ def run_operation(op_id: int) -> Operation | None:
     if problem:
         _finish(op, OperationStatus.REFUSED, error=f"Refused at start: {problem}")
         audit.record("operation.refused", actor="worker", operation=op, result="refused", error=op.error)
+        notify.emit("operation.failed", op.account, operation=op, result=op.status)
         return op
     return _execute(op)
 
@@ -546,6 +551,10 @@ def _execute(op: Operation) -> Operation:
         result=status,
         error=error,
     )
+    if op.kind == "state-migrate":
+        op.account.bucket_checked_at = None  # the state moved buckets: the re-sync resolves it again
+    ended = "operation.finished" if status == OperationStatus.SUCCEEDED else "operation.failed"
+    notify.emit(ended, op.account, operation=op, result=status)
     _resync(op)
     if op.kind == "scrub":
         _rescan(op)

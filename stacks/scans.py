@@ -12,6 +12,7 @@ one `region`) replaces the findings of those stacks only.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from engine.errors import EngineError
 from engine.keys import KeyKind, KeyLayout
-from stacks import audit
+from stacks import audit, notify
 from stacks.access import accounts_for, has_role
 from stacks.models import Account, Role, ScanRun, SecretFinding, SyncStatus
 from stacks.records import open_bucket
@@ -122,8 +123,9 @@ def queue_stack_rescan(account: Account, stack_name: str, region: str | None) ->
     return run
 
 
-def _store(run: ScanRun, account: Account, findings: list) -> None:
-    """Replace the scope's findings with these, in one transaction."""
+def _store(run: ScanRun, account: Account, findings: list) -> list[SecretFinding]:
+    """Replace the scope's findings with these, in one transaction. Returns the ones the
+    scope did not hold before (new findings)."""
     layout = KeyLayout(account.prefix)
     now = timezone.now()
     rows = [
@@ -148,8 +150,10 @@ def _store(run: ScanRun, account: Account, findings: list) -> None:
             old = old.filter(stack_name__in=run.stacks)
             if run.region:
                 old = old.filter(region=run.region)
+        known = {(k, v, json.dumps(p), src) for k, v, p, src in old.values_list("key", "version_id", "path", "source")}
         old.delete()
         SecretFinding.objects.bulk_create(rows, batch_size=BATCH)
+    return [r for r in rows if (r.key, r.version_id, json.dumps(r.path), r.source) not in known]
 
 
 def _scan_account(run: ScanRun, account: Account) -> dict:
@@ -171,7 +175,12 @@ def _scan_account(run: ScanRun, account: Account) -> dict:
         out["errors"].append(str(exc))
         out["seconds"] = round(time.monotonic() - started, 3)
         return out
-    _store(run, account, result.findings)
+    new = _store(run, account, result.findings)
+    if new:
+        stacks = sorted({f.stack_name for f in new if f.stack_name})
+        notify.emit(
+            "secrets.found", account, scan=run, new_findings=len(new), findings=len(result.findings), stacks=stacks
+        )
     out.update(
         bucket=result.bucket,
         objects_scanned=result.objects_scanned,

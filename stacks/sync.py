@@ -30,7 +30,7 @@ from engine import schema
 from engine.backend import ObjectInfo, StateBucket, StoredObject
 from engine.errors import AccessDenied, BucketNotFound, EngineError, NotFound
 from engine.keys import KeyKind, KeyLayout
-from stacks import columns, eventsync
+from stacks import columns, eventsync, notify
 from stacks.access import accounts_for
 from stacks.consumers import mirror_imports
 from stacks.models import (
@@ -658,6 +658,7 @@ def sync_account(account: Account, *, actor: str = "sync", progress: Progress | 
     Lock.objects.filter(account=account, key__in=gone_locks).delete()
     if state_objs or stubs or gone_states or lock_keys or gone_locks or relink:
         _link_locks(account)
+    notify.stale_locks(account)  # once per lock (key and ETag) older than CDKD_LOCK_STALE_SECONDS
 
     found = eventsync.changes(
         listing.event_indexes,

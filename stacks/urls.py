@@ -10,11 +10,13 @@ from __future__ import annotations
 from django.urls import include, path
 
 from stacks import views
+from stacks.views import notifications as notify_views
 from stacks.views.attention import attention_board
 from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, deploy_plan_request, stack_plan_new
 from stacks.views.detail import stack_reveal
 from stacks.views.exports_page import account_exports, all_exports
 from stacks.views.people import account_member_reveal
+from stacks.views.tokens import api_token_revoke, api_tokens
 
 STACK = "stacks/<str:account_id>/<str:region_slug>/<str:stack_name>/"
 
@@ -54,6 +56,17 @@ account_patterns = [
     path("members/<int:membership_id>/", views.account_member_change, name="account_member_change"),
     path("members/<int:membership_id>/remove/", views.account_member_remove, name="account_member_remove"),
     path("members/<int:membership_id>/reveal/", account_member_reveal, name="account_member_reveal"),
+    # Webhooks (stacks.views.notifications): account admins only.
+    path("webhooks/", notify_views.webhook_list, name="webhooks"),
+    path("webhooks/new/", notify_views.webhook_new, name="webhook_new"),
+    path("webhooks/<int:webhook_id>/", notify_views.webhook_detail, name="webhook"),
+    path("webhooks/<int:webhook_id>/edit/", notify_views.webhook_edit, name="webhook_edit"),
+    path("webhooks/<int:webhook_id>/delete/", notify_views.webhook_delete, name="webhook_delete"),
+    path(
+        "webhooks/<int:webhook_id>/deliveries/<int:delivery_id>/redeliver/",
+        notify_views.webhook_redeliver,
+        name="webhook_redeliver",
+    ),
 ]
 
 urlpatterns = [
@@ -67,6 +80,7 @@ urlpatterns = [
     path("operations/<int:op_id>/", include(operation_patterns)),
     path("audit/", views.audit_log, name="audit"),
     path("attention/", attention_board, name="attention"),
+    path("settings/notifications/", notify_views.notification_settings, name="notification_settings"),
     path("secrets/", views.secret_findings, name="secrets"),
     path("secrets/scan/", views.scan_start, name="scan"),
     path("secrets/scans/<int:run_id>/", views.scan_status, name="scan_status"),
@@ -82,4 +96,7 @@ urlpatterns = [
     path("plans/<int:plan_id>/", deploy_plan, name="deploy_plan"),
     path("plans/<int:plan_id>/json/", deploy_plan_json, name="deploy_plan_json"),
     path("plans/<int:plan_id>/deploy/", deploy_plan_request, name="deploy_plan_request"),
+    # The person's own API tokens (the API itself is under /api/v1/, cdkd_site.urls).
+    path("tokens/", api_tokens, name="api_tokens"),
+    path("tokens/<int:token_id>/revoke/", api_token_revoke, name="api_token_revoke"),
 ]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 from django import template
+from django.utils.html import conditional_escape
+from django.utils.safestring import mark_safe
 
 from stacks.visible import visible as _visible
 
@@ -75,3 +78,22 @@ def from_ms(value: Any) -> datetime | None:
         return datetime.fromtimestamp(value / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return None
+
+
+_BACKTICKED = re.compile(r"`([^`\n]{1,2000})`")
+
+
+@register.filter(needs_autoescape=True)
+def code_spans(value: Any, autoescape: bool = True) -> str:
+    """A message with its `backticked` parts as <code>, each command with a copy button, so
+    advice can be pasted without the quotes around it. Everything is escaped first."""
+    text = conditional_escape(str(value)) if autoescape else str(value)
+
+    def span(match: re.Match[str]) -> str:
+        inner = match.group(1)
+        copy = ""
+        if inner.startswith(("python manage.py ", "cdkd ")):
+            copy = f' <button type="button" class="copy" data-copy value="{inner}" title="Copy">copy</button>'
+        return f"<code>{inner}</code>{copy}"
+
+    return mark_safe(_BACKTICKED.sub(span, text))  # noqa: S308 - built from escaped text only

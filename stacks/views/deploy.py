@@ -34,10 +34,10 @@ from engine.errors import EngineError
 from engine.masking import MASK
 from engine.operations import OperationRefused
 from engine.secrets import secret_name
-from stacks import deployplan, operations
+from stacks import actions, deployplan, operations
 from stacks.access import get_account_or_404, get_stack_or_404, has_role, role_on
 from stacks.audit import client_ip
-from stacks.models import Account, Assembly, DeployPlan, Role, Stack
+from stacks.models import Account, Assembly, DeployPlan, OperationKind, Role, Stack
 from stacks.secretmask import flagged_paths
 from stacks.views.common import AuthedRequest, actor
 from stacks.views.plan_present import plan_nodes, record_notice
@@ -97,6 +97,9 @@ def account_plan_new(request: AuthedRequest, account_id: str) -> HttpResponse:
 def stack_plan_new(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
     """Plan the next deploy of this stack."""
     stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
+    why = actions.why_not(stack, OperationKind.DEPLOY)
+    if why and has_role(request.user, stack.account, Role.OPERATOR):
+        return _refuse(request, why, 409)  # the plan would only block: say so before an upload
     return _plan_new(request, stack.account, stack)
 
 

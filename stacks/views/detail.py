@@ -21,11 +21,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from engine.errors import EngineError
 from engine.schema import ParsedRecord, parse_state
-from stacks import audit, console, history, lockcard
+from stacks import actions, audit, console, history, lockcard
 from stacks.access import get_stack_or_404, has_role
 from stacks.columns import utf8_safe
 from stacks.forms import ResourceFilterForm
-from stacks.models import EventIndex, Lock, Role, SecretFinding, Stack, now_ms
+from stacks.models import EventIndex, Lock, OperationKind, Role, SecretFinding, Stack, now_ms
 from stacks.secretmask import masked_body, may_reveal
 from stacks.views import present
 from stacks.views.common import AuthedRequest, actor, engine_error, is_partial
@@ -101,6 +101,7 @@ def tab_context(request: AuthedRequest, stack: Stack, tab: str) -> tuple[dict, L
         "tab_url": reverse(dict((k, n) for k, _l, n in TABS)[tab], args=args),
         "lock": present.lock_view(lock_row, now_ms()),
         "can_operate": has_role(request.user, stack.account, Role.OPERATOR),
+        "deploy_why_not": actions.why_not(stack, OperationKind.DEPLOY, lock=lock_row, lock_known=True),
     }
     return context, lock_row
 

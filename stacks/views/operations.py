@@ -28,6 +28,8 @@ from django_htmx.http import HttpResponseStopPolling
 
 from engine.errors import EngineError
 from engine.operations import OperationRefused
+from engine.providers import CLOUD_CONTROL, ResourceRef, provider_for
+from engine.providers.cloudcontrol import NOTHING_IN_AWS, cloud_control_can_delete
 from stacks import actions, audit, operations
 from stacks.access import accounts_for, get_stack_or_404, has_role, role_on
 from stacks.audit import client_ip
@@ -169,6 +171,19 @@ def rewrite_rows(data: Any, key: str = "rewrites") -> list[ChangeRow]:
     return rows
 
 
+def _via_cloud_control(entry: dict[str, Any]) -> bool:
+    """Whether the destroy deletes this row through the Cloud Control API (the engine's own
+    routing, `engine.providers.provider_for`), so the page can say so before the request: an
+    endpoint without Cloud Control (the demo's moto server) fails exactly these rows."""
+    if entry.get("action") not in ("delete", "snapshot"):
+        return False
+    rtype = entry.get("resourceType")
+    if not isinstance(rtype, str) or rtype in NOTHING_IN_AWS or not cloud_control_can_delete(rtype):
+        return False
+    ref = ResourceRef(logical_id="", resource_type=rtype, physical_id=None, provisioned_by=entry.get("provisionedBy"))
+    return provider_for(ref) is CLOUD_CONTROL
+
+
 def _destroy_row(data: dict[str, Any], depth: int, lid: str, entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "depth": depth,
@@ -184,6 +199,7 @@ def _destroy_row(data: dict[str, Any], depth: int, lid: str, entry: dict[str, An
         "child": entry.get("childStack") or "",
         "remove_protection": bool(entry.get("removeProtection")),
         "looks_protected": bool(entry.get("looksProtected")),
+        "cloud_control": _via_cloud_control(entry),
     }
 
 
@@ -302,6 +318,7 @@ def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
         "scrub_rows": scrub_rows(plan.get("data")) if kind == OperationKind.SCRUB else [],
         "destroy_rows": destroy_rows(plan.get("data")) if kind == OperationKind.DESTROY else [],
     }
+    tables["cloud_control_rows"] = [r for r in tables["destroy_rows"] if r["cloud_control"]]
     changes = _changes_once(plan, change_rows(plan.get("changes")), tables)
     own, unreadable = _warnings_once(plan.get("warnings"))
     return {
@@ -673,9 +690,14 @@ def _run_again(request: AuthedRequest, op: Operation) -> HttpResponse:
     if refused:
         return refused
     if new.status == OperationStatus.AWAITING_APPROVAL:
-        messages.success(
-            request, f"Requested #{new.pk}, a run again of #{op.pk}: its plan differs, so it needs approval again."
+        # Say why it waits: a changed plan, or the same plan whose approvals do not suffice
+        # (none given, expired, or fewer than the policy needs).
+        why = (
+            "its plan differs, so it needs approval again"
+            if new.plan_digest != op.plan_digest or new.plan_etag != op.plan_etag
+            else "same plan, but the approvals it had are not enough now, so it needs approval"
         )
+        messages.success(request, f"Requested #{new.pk}, a run again of #{op.pk}: {why}.")
     else:
         messages.success(request, f"Requested #{new.pk}, a run again of #{op.pk}: {new.get_status_display().lower()}.")
     return redirect("operation", op_id=new.pk)

@@ -41,6 +41,15 @@ def exists(session: Any, region: str, row: dict[str, Any]) -> bool:
             c("ssm").get_parameter(Name=pid)
         elif rtype == "AWS::Lambda::Function":
             c("lambda").get_function(FunctionName=pid)
+        elif rtype == "AWS::DynamoDB::Table":
+            c("dynamodb").describe_table(TableName=pid)
+        elif rtype == "AWS::S3::Bucket":
+            c("s3").head_bucket(Bucket=pid)
+        elif rtype == "AWS::KMS::Key":
+            # KMS cannot delete a key at once: scheduled for deletion is as gone as it gets.
+            return c("kms").describe_key(KeyId=pid)["KeyMetadata"]["KeyState"] != "PendingDeletion"
+        elif rtype == "AWS::SecretsManager::Secret":
+            return "DeletedDate" not in c("secretsmanager").describe_secret(SecretId=pid)
         elif rtype == "AWS::Logs::LogGroup":
             groups = c("logs").describe_log_groups(logGroupNamePrefix=pid)["logGroups"]
             return any(g["logGroupName"] == pid for g in groups)
@@ -53,17 +62,15 @@ def exists(session: Any, region: str, row: dict[str, Any]) -> bool:
     return True
 
 
-def test_it_destroys_the_demo_stacks_it_offers_deleting_every_resource_for_real(aws):
+def test_it_destroys_every_demo_stack_it_offers_deleting_every_resource_for_real(aws):
     world = build_demo_world(aws.account_session, big_stack_resources=20)
     assert world.resources > 300
-    assert len(world.destroyable) >= 30
-    # One stack of each destroyable kind in every account.
-    picked = {}
-    for ref in world.destroyable:
-        picked.setdefault((ref.account_id, ref.note), ref)
-    assert len(picked) == 2 * len(DEMO_ACCOUNTS)
+    assert len(world.destroyable) >= 40
+    # Every kind the demo offers, in every account, is among them.
+    kinds = {(ref.account_id, ref.note) for ref in world.destroyable}
+    assert kinds == {(spec.account_id, kind) for spec in DEMO_ACCOUNTS for kind in ("Data", "Events", "Api")}
 
-    for ref in picked.values():
+    for ref in world.destroyable:  # every one, not a sample: each must end Succeeded
         spec = SPECS[ref.account_id]
         session = aws.account_session(ref.account_id)
         bucket = StateBucket.open(
@@ -96,3 +103,42 @@ def test_it_destroys_the_demo_stacks_it_offers_deleting_every_resource_for_real(
         assert {lid: item["status"] for lid, item in items.items()} == {lid: "deleted" for lid in rows}
         assert not [lid for lid, item in items.items() if item.get("message")], items  # no "already gone"
         assert not [lid for lid, row in rows.items() if exists(session, ref.region, row)], ref.stack
+        assert not aws_keys(aws, ref), ref.stack  # the record itself is gone too
+
+
+def aws_keys(aws: Any, ref: Any) -> list[str]:
+    spec = SPECS[ref.account_id]
+    listed = aws.s3(ref.account_id, spec.bucket_region).list_objects_v2(Bucket=spec.bucket, Prefix=ref.key)
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_it_refuses_up_front_to_destroy_a_data_stack_an_api_stack_imports(aws):
+    """The Data stacks the demo does not offer: the plan refuses, naming the importer, so the
+    destroy page says so before anything is requested (nothing is deleted, nothing partial)."""
+    from engine.operations import OperationRefused
+
+    world = build_demo_world(aws.account_session, big_stack_resources=20)
+    offered = {(ref.account_id, ref.stack, ref.region) for ref in world.destroyable}
+    spec = DEMO_ACCOUNTS[0]
+    bucket = StateBucket.open(
+        aws.access(spec.account_id), actor="arthur", bucket=spec.bucket, region=spec.bucket_region
+    )
+    layout = KeyLayout(spec.prefix)
+    pages = aws.s3(spec.account_id, spec.bucket_region).get_paginator("list_objects_v2")
+    listed = pages.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "/")
+    keys = [o["Key"] for p in listed for o in p.get("Contents", [])]
+    # Top-level records of the Data kind: prefix/<Env-DomainData>/<region>/state.json
+    data = [k for k in keys if len(k.split("/")) == 4 and k.split("/")[1].endswith("Data") and k.endswith("state.json")]
+    refused = 0
+    for key in data:
+        _, stack, region, _ = key.split("/")
+        if (spec.account_id, stack, region) in offered:
+            continue
+        ctx = Context(
+            bucket=bucket, layout=layout, stack=stack, region=region, params={}, operation_id="op-refuse",
+            person="arthur", log=lambda level, message: None, progress=lambda *a, **k: None,
+        )  # fmt: skip
+        with pytest.raises(OperationRefused, match="import"):
+            Destroy().plan(ctx)
+        refused += 1
+    assert refused >= 3

@@ -70,9 +70,12 @@ def test_it_shows_a_newer_record_s_repairs_disabled_with_their_reasons(client, o
     assert 'id="destroy-button"' not in page and 'id="scrub-button"' not in page
     reasons = page[page.index('id="action-reasons"') :]
     reasons = reasons[: reasons.index("</ul>")]
-    assert reasons.count("<li") == 1  # one reason, one line, naming the four it disables
-    assert '<strong id="why-scrub">Scrub secrets</strong>: Written by a newer cdkd (schema version 12' in reasons
-    assert reasons.count("<strong") == 4
+    assert reasons.count("<li") == 1  # one reason, one line, naming the five it disables
+    assert (
+        '<strong id="why-scrub">Scrub secrets</strong>, <strong id="why-deploy">Plan a deploy</strong>: '
+        "Written by a newer cdkd (schema version 12" in reasons
+    )
+    assert reasons.count("<strong") == 5
 
 
 def test_it_offers_only_the_whole_record_orphan_on_a_record_damaged_outside_its_rows(client, olivia, damaged):
@@ -134,3 +137,23 @@ def test_it_names_the_operator_role_to_a_viewer(vera, web):
     actions = stack_actions(vera, web)
     assert not any(a.allowed for a in actions.values())
     assert actions["destroy"].reason == "You need the operator role on prod (111111111111) to request this."
+
+
+@pytest.mark.parametrize("fixture", ["newer", "damaged"])
+def test_it_shows_plan_a_deploy_disabled_where_a_deploy_refuses(client, olivia, fixture, request):
+    stack = request.getfixturevalue(fixture)
+    page = login(client, olivia).get(stack_url(stack)).content.decode()
+    assert 'id="plan-deploy-button" disabled' in page
+    assert (
+        'id="why-deploy"' in page
+        and 'href="' + reverse("stack_plan_new", args=[stack.account.account_id, stack.region_slug, stack.stack_name])
+        not in page
+    )
+    answer = client.get(reverse("stack_plan_new", args=[stack.account.account_id, stack.region_slug, stack.stack_name]))
+    assert answer.status_code == 409
+    assert ("newer" in answer.content.decode()) or ("damaged" in answer.content.decode())
+
+
+def test_it_offers_plan_a_deploy_on_a_healthy_record(client, olivia, web):
+    page = login(client, olivia).get(stack_url(web)).content.decode()
+    assert 'id="plan-deploy-button" href=' in page.replace('class="button secondary" ', "")

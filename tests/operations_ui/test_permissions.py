@@ -25,16 +25,20 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from engine.backend import StoredObject, VersionInfo
 from stacks import history, operations
+from stacks.api.tokens import create_token
 from stacks.models import (
     Assembly,
     DeploymentRun,
     DeployPlan,
     Membership,
+    NotificationEvent,
     OperationStatus,
     Role,
     ScanRun,
     SecretFinding,
     SyncRun,
+    Webhook,
+    WebhookDelivery,
 )
 from tests.operations_ui.conftest import A, fake_plan, make_operation, member
 from tests.views.conftest import make_account, make_stack, make_user, record, resource_row
@@ -43,6 +47,8 @@ pytestmark = pytest.mark.django_db
 
 PERSONAS = ["outsider", "viewer", "operator", "approver", "admin", "superuser"]
 STAFF_ONLY = ("admin/",)
+# The JSON API authorises by token, not session: tests/api/test_permissions.py holds its matrix.
+OWN_MATRIX = ("api/",)
 STACK_NAME = "zebra-stack-a"  # a name no page shows unless it shows account A's stack
 
 
@@ -96,6 +102,10 @@ def member_kwargs(w: World) -> dict[str, Any]:
     return {"account_id": A, "membership_id": w.values["nina"].pk}
 
 
+def webhook_kwargs(w: World) -> dict[str, Any]:
+    return {"account_id": A, "webhook_id": w.values["webhook"].pk}
+
+
 RULES: dict[str, Rule] = {
     "home": Rule(get=every(302), post=every(302)),
     "login": Rule(get=every(200), post=every(200)),  # a failed login re-shows the form
@@ -144,6 +154,7 @@ RULES: dict[str, Rule] = {
     ),
     "operation_retry": Rule(op_kwargs("abandoned"), post=on_a(404, 403, 403, 302, 302)),
     "audit": Rule(get=every(200), lists_a=True),
+    "attention": Rule(get=every(200)),  # rows only from the accounts a person sees (tests/views/test_attention.py)
     # Findings say where a secret is, never its value: every role reads them; scanning reads
     # the secrets' values (in the worker), so it takes an operator.
     "secrets": Rule(get=every(200), lists_a=True),
@@ -166,6 +177,32 @@ RULES: dict[str, Rule] = {
     "account_member_change": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"role": "operator"}),
     "account_member_remove": Rule(member_kwargs, post=ADMIN_ACTION),
     "account_member_reveal": Rule(member_kwargs, post=ADMIN_ACTION, data=lambda w: {"can_reveal": "on"}),
+    # A person's own API tokens: everyone has the page; an empty form is a 400. The schema
+    # says what exists, not what is there: public.
+    "api_tokens": Rule(get=every(200), post=every(400)),
+    "api_token_revoke": Rule(lambda w: {"token_id": w.values["token"].pk}, post={**every(404), "admin": 302}),
+    "api_schema": Rule(get=every(200)),
+    # Open to all on purpose (no session involved): tests/metrics/ checks what they answer
+    # with services up or down, and the metrics guard (closed here: no token, no networks).
+    "healthz": Rule(get=every(503)),  # no RQ worker runs beside this matrix
+    "metrics": Rule(get=every(404)),
+    # Webhooks: the account's admins only; a person's own email settings: everyone.
+    "webhooks": Rule(lambda w: {"account_id": A}, get=ADMIN_PAGE),
+    "webhook_new": Rule(
+        lambda w: {"account_id": A},
+        get=ADMIN_PAGE,
+        post=ADMIN_ACTION,
+        data=lambda w: {"name": "n", "url": "https://example.com/h", "secret": "s" * 20, "events": ["lock.stale"]},
+    ),
+    "webhook": Rule(webhook_kwargs, get=ADMIN_PAGE),
+    "webhook_edit": Rule(
+        webhook_kwargs, get=ADMIN_PAGE, post=ADMIN_ACTION, data=lambda w: {"name": "m", "events": ["lock.stale"]}
+    ),
+    "webhook_delete": Rule(webhook_kwargs, post=ADMIN_ACTION),
+    "webhook_redeliver": Rule(
+        lambda w: {**webhook_kwargs(w), "delivery_id": w.values["delivery"].pk}, post=ADMIN_ACTION
+    ),
+    "notification_settings": Rule(get=every(200), post=every(302)),
 }
 
 
@@ -175,7 +212,7 @@ def url_patterns(patterns=None, prefix: str = "") -> list[tuple[str, str | None]
     for pattern in get_resolver().url_patterns if patterns is None else patterns:
         route = prefix + str(pattern.pattern)
         if isinstance(pattern, URLResolver):
-            if not route.startswith(STAFF_ONLY):
+            if not route.startswith(STAFF_ONLY + OWN_MATRIX):
                 found += url_patterns(pattern.url_patterns, route)
         elif isinstance(pattern, URLPattern):
             found.append((route, pattern.name))
@@ -213,6 +250,8 @@ def build_world() -> World:
             prod, people["operator"], stack_name=STACK_NAME, status=OperationStatus.FAILED, result={"abandoned": True}
         ),
         "nina": Membership.objects.get(user=member("nina", prod, Role.VIEWER)),
+        # ada's token: only ada (and no superuser) may revoke it.
+        "token": create_token(people["admin"], "ci", expires_at=None, read_only=True)[0],
         "run": DeploymentRun.objects.create(
             account=prod, stack_name=STACK_NAME, region="us-east-1", run_id="20240319T080000000Z-1a2b3c4d"
         ),
@@ -226,6 +265,13 @@ def build_world() -> World:
             state_key=f"cdkd/{STACK_NAME}/us-east-1/state.json",
         ),
     }
+    values["webhook"] = Webhook.objects.create(
+        account=prod, name="hook", url="https://example.com/h", url_origin="https://example.com", secret="s" * 20
+    )
+    event = NotificationEvent.objects.create(kind="lock.stale", account=prod)
+    values["delivery"] = WebhookDelivery.objects.create(
+        webhook=values["webhook"], event=event, payload_id=event.payload_id, job_id="j"
+    )
     return World(people, values)
 
 
@@ -335,7 +381,8 @@ JUNK_QUERY = (
 )
 
 
-@pytest.mark.parametrize("name", [name for name, rule in RULES.items() if rule.get is not None])
+# /healthz answers 503 by design while no worker runs (its meaning, not a server error).
+@pytest.mark.parametrize("name", [name for name, rule in RULES.items() if rule.get is not None and name != "healthz"])
 def test_it_answers_junk_query_strings_without_a_server_error(name, no_s3):
     world = build_world()
     client = Client(raise_request_exception=False)

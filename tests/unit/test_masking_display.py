@@ -171,3 +171,14 @@ def test_it_masks_a_1_mb_adversarial_body_in_well_under_a_second(body):
     started = time.perf_counter()
     mask_bytes(body)
     assert time.perf_counter() - started < 1.0
+
+
+def test_it_shows_backticked_advice_as_code_with_a_copy_button_and_escapes_the_rest():
+    from stacks.templatetags.cdkd import code_spans
+
+    html = code_spans('<b>x</b> run `python manage.py cdkd state orphan "A" --yes` or read `resources`')
+    assert html.startswith(
+        "&lt;b&gt;x&lt;/b&gt; run <code>python manage.py cdkd state orphan &quot;A&quot; --yes</code>"
+    )
+    assert 'data-copy value="python manage.py cdkd state orphan &quot;A&quot; --yes"' in html
+    assert "<code>resources</code>" in html and html.count("data-copy") == 1 and "`" not in html

@@ -30,7 +30,7 @@ from stacks.models import (
     now_ms,
 )
 from tests.support import attention_seed
-from tests.views.conftest import make_account, make_lock, make_stack, make_user, record
+from tests.views.conftest import make_account, make_lock, make_stack, make_user, record, resource_row
 
 pytestmark = pytest.mark.django_db
 
@@ -281,9 +281,53 @@ def test_it_shows_a_leftover_journal_with_rollback(client, prod, dev, root):
     assert row["nextStep"]["command"].startswith("python manage.py cdkd rollback half-rolled")
 
 
-@pytest.mark.skip(reason="No drift model in stacks/models.py yet: _drift_rows() returns nothing until it lands")
-def test_it_shows_drift_with_accept_or_revert():
-    pass
+def test_it_shows_drift_with_accept_or_revert(client, prod, dev, root, bob):
+    from stacks.models import DriftCheck
+
+    drifted = make_stack(prod, "drifted", data=record("drifted", resources={"Q": resource_row()}))
+    calm = make_stack(prod, "calm")
+    when = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    # an older check that found drift, superseded by the latest one, which found none: no row
+    DriftCheck.objects.create(
+        account=prod,
+        stack=calm,
+        stack_name="calm",
+        region="us-east-1",
+        checked_at=when,
+        drifted=1,
+        counts={"MODIFIED": 1},
+        latest=False,
+    )
+    DriftCheck.objects.create(
+        account=prod,
+        stack=calm,
+        stack_name="calm",
+        region="us-east-1",
+        checked_at=when,
+        drifted=0,
+        counts={"IN_SYNC": 3},
+        latest=True,
+    )
+    DriftCheck.objects.create(
+        account=prod,
+        stack=drifted,
+        stack_name="drifted",
+        region="us-east-1",
+        checked_at=when,
+        drifted=2,
+        counts={"MODIFIED": 1, "DELETED": 1, "IN_SYNC": 4},
+        latest=True,
+    )
+    client.force_login(root)
+    rows = by_stack(board_json(client))
+    row = rows[(prod.account_id, "drifted", "drift")]
+    assert (prod.account_id, "calm", "drift") not in rows
+    assert row["problem"] == "Drift: 2 resources differ from the record"
+    assert row["since"] == "2026-11-30T08:00:00+00:00"
+    assert row["evidence"][0] == "1 modified, 1 deleted"
+    assert row["nextStep"]["label"] == "Accept drift" and row["nextStep"]["allowed"]
+    client.force_login(bob)  # dev's viewer: prod's drift is not theirs to see
+    assert not [r for r in board_json(client)["rows"] if r["kind"] == "drift"]
 
 
 def test_it_shows_posture_problems_when_the_posture_module_is_there(client, prod, dev, bob, monkeypatch):

@@ -18,8 +18,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
 from engine.errors import EngineError
+from stacks import bucketcli
 from stacks.attentioncli import add_attention_parser, run_attention
 from stacks.deploycli import add_deploy_parsers, add_diff_parser, run_deploy, run_diff, run_rollback
+from stacks.driftcli import add_drift_parsers, run_drift, run_refresh_observed
 from stacks.models import Account, Stack
 from stacks.records import read_record, record_versions
 
@@ -150,6 +152,7 @@ class Command(BaseCommand):
         restore.add_argument("--version-id", required=True)
         restore.add_argument("--yes", action="store_true")
 
+        bucketcli.add_migrate_parser(st_sub)
         unlock = sub.add_parser("force-unlock", help="remove a stack's lock.json")
         unlock.add_argument("stack")
         unlock.add_argument("--account", required=True)
@@ -189,6 +192,8 @@ class Command(BaseCommand):
         evs.add_argument("--stack-region")
         evs.add_argument("--run", help="print this run's events")
         evs.add_argument("--json", action="store_true")
+        bucketcli.add_prune_arguments(evs)
+        bucketcli.add_posture_parser(sub)
 
         aud = sub.add_parser("audit", help="print or verify the audit log")
         aud.add_argument("--account")
@@ -205,6 +210,7 @@ class Command(BaseCommand):
         add_diff_parser(sub)
         add_deploy_parsers(sub)
         add_attention_parser(sub)
+        add_drift_parsers(sub, st_sub)
 
         worker = sub.add_parser("worker", help="run the RQ worker (and the sync schedule)")
         worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
@@ -595,6 +601,8 @@ class Command(BaseCommand):
         from stacks.eventread import EventsError, event_line, list_runs, read_run, resolve_region
         from stacks.records import open_bucket
 
+        if bucketcli.events(self, o):
+            return
         account = self.account(o["account"])
         stack = o["stack"]
         bucket = open_bucket(account, cli_actor())
@@ -716,6 +724,8 @@ class Command(BaseCommand):
                 f"scrub did not fully succeed for {len(bad)} of {len(rows)} stack(s): {named}", returncode=2
             )
 
+    do_state_migrate, do_posture = bucketcli.run_state_migrate, bucketcli.run_posture
+
     def do_diff(self, o: dict) -> None:
         run_diff(self, o)
 
@@ -728,11 +738,14 @@ class Command(BaseCommand):
     def do_attention(self, o: dict) -> None:
         run_attention(self, o)
 
+    do_drift, do_state_refresh_observed = run_drift, run_refresh_observed
+
     # --- worker --------------------------------------------------------------------------
 
     def do_worker(self, o: dict) -> None:
         from django.conf import settings
 
+        from stacks.drift import schedule_next_drift
         from stacks.jobs import schedule_next_sync
 
         if settings.REDIS_URL.startswith("fakeredis://"):
@@ -741,7 +754,9 @@ class Command(BaseCommand):
             )
         if schedule_next_sync(0):
             self.stdout.write(f"Scheduled a sync of every account now and every {settings.CDKD_SYNC_INTERVAL} s.")
-        call_command("rqworker", "default", "sync", with_scheduler=True, burst=o["burst"])
+        if schedule_next_drift(settings.CDKD_DRIFT_INTERVAL):
+            self.stdout.write(f"Scheduled drift checks of every account every {settings.CDKD_DRIFT_INTERVAL} s.")
+        call_command("rqworker", "default", "sync", "notify", with_scheduler=True, burst=o["burst"])
         sys.stdout.flush()
 
     # --- encryption at rest -------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""Drift checks on the Django side: run engine.drift for a stack and keep the result
+(`DriftCheck`), the scheduled checks (each account its own RQ job on the "sync" queue,
+every `CDKD_DRIFT_INTERVAL` seconds; 0 = off), and the queries the pages use.
+
+A check only reads (the record, then each resource through its provider), so it is not an
+Operation; accept, revert and refresh-observed are (engine/refresh.py). What is stored is
+engine.drift's report JSON, which never holds a masked position's value.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from engine.drift import DriftReport, check_stack
+from engine.errors import EngineError
+from engine.keys import KeyLayout
+from stacks.models import Account, DriftCheck, Stack
+from stacks.records import open_bucket
+
+logger = logging.getLogger(__name__)
+
+SCHEDULED_PREFIX = "cdkd-scheduled-drift"
+
+
+def record_check(
+    account: Account,
+    stack_name: str,
+    region: str,
+    *,
+    report: DriftReport | None,
+    error: str = "",
+    trigger: str,
+) -> DriftCheck:
+    """Store one check and make it the stack's latest, in one transaction."""
+    stack = Stack.objects.filter(account=account, stack_name=stack_name, region=region, legacy=False).first()
+    with transaction.atomic():
+        DriftCheck.objects.filter(account=account, stack_name=stack_name, region=region, latest=True).update(
+            latest=False
+        )
+        return DriftCheck.objects.create(
+            account=account,
+            stack=stack,
+            stack_name=stack_name,
+            region=region,
+            checked_at=timezone.now(),
+            trigger=trigger,
+            record_etag=(report.etag or "") if report else "",
+            drifted=len(report.drifted) if report else 0,
+            errors=len(report.errors) if report else 0,
+            counts=report.counts() if report else {},
+            resources=report.as_json()["resources"] if report else [],
+            api_calls=report.api_calls if report else 0,
+            duration_ms=report.duration_ms if report else 0,
+            error=error[:2000],
+            latest=True,
+        )
+
+
+def run_check(
+    account: Account, stack_name: str, region: str, *, actor: str, trigger: str, concurrency: int | None = None
+) -> tuple[DriftCheck, DriftReport | None]:
+    """Check one stack now and store the result; an unusable record is stored as an error."""
+    try:
+        report = check_stack(
+            open_bucket(account, actor),
+            KeyLayout(account.prefix),
+            stack_name,
+            region,
+            concurrency=concurrency or settings.CDKD_DRIFT_CONCURRENCY,
+        )
+    except EngineError as exc:
+        return record_check(account, stack_name, region, report=None, error=str(exc), trigger=trigger), None
+    return record_check(account, stack_name, region, report=report, trigger=trigger), report
+
+
+def check_account(account: Account, *, trigger: str = "schedule") -> list[DriftCheck]:
+    """Every region-scoped stack of the account that this app may read (not a newer schema)."""
+    checks = []
+    stacks = Stack.objects.filter(account=account, legacy=False, read_only=False).exclude(region=None)
+    for stack_name, region in stacks.values_list("stack_name", "region"):
+        try:
+            check, _ = run_check(account, stack_name, region, actor="drift-schedule", trigger=trigger)
+        except Exception:  # one stack's bug never ends the account's checks
+            logger.exception("drift check of %s (%s) in %s failed", stack_name, region, account.account_id)
+            continue
+        checks.append(check)
+    return checks
+
+
+# --- the schedule ---------------------------------------------------------------------------
+
+
+def drift_account_job(account_pk: int) -> int:
+    """The RQ job of one account's scheduled checks; returns how many stacks it checked."""
+    from cdkd_site.queues import get_queue, release_unique
+
+    account = Account.objects.filter(pk=account_pk).first()
+    try:
+        return len(check_account(account)) if account is not None else 0
+    finally:
+        from rq import get_current_job
+
+        job = get_current_job()
+        if job is not None:
+            release_unique(get_queue("sync"), f"drift-account:{account_pk}", job.id)
+
+
+def scheduled_drift() -> None:
+    """Queue each account's drift job (one live job per account), then book the next run."""
+    from cdkd_site.queues import enqueue_unique, get_queue
+
+    try:
+        queue = get_queue("sync")
+        for pk in Account.objects.values_list("pk", flat=True):
+            enqueue_unique(
+                queue,
+                f"drift-account:{pk}",
+                "stacks.drift.drift_account_job",
+                pk,
+                job_id=f"drift-account-{pk}-{time.time_ns()}",
+            )
+    finally:
+        schedule_next_drift(settings.CDKD_DRIFT_INTERVAL)
+
+
+def schedule_next_drift(delay_seconds: int) -> bool:
+    """Book the next scheduled drift run unless one is booked (or the interval is 0)."""
+    from cdkd_site.queues import get_queue
+
+    if settings.CDKD_DRIFT_INTERVAL <= 0:
+        return False
+    queue = get_queue("sync")
+    lock = queue.connection.lock(f"cdkd:{SCHEDULED_PREFIX}:lock", timeout=30, blocking_timeout=10)
+    if not lock.acquire():
+        return False
+    try:
+        pending = queue.scheduled_job_registry.get_job_ids() + queue.get_job_ids()
+        if any(job_id.startswith(SCHEDULED_PREFIX) for job_id in pending):
+            return False
+        queue.enqueue_in(
+            timedelta(seconds=delay_seconds),
+            "stacks.drift.scheduled_drift",
+            job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}",
+        )
+        return True
+    finally:
+        lock.release()
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+def latest_drifted(accounts: QuerySet[Account] | list[Account] | None = None) -> QuerySet[DriftCheck]:
+    """The latest check of every stack that found drifted resources (MODIFIED or DELETED),
+    newest first: one filter on the partial index `drift_latest_drifted`. Pass the accounts
+    the person may see (stacks.access.accounts_for)."""
+    checks = DriftCheck.objects.filter(latest=True, drifted__gt=0)
+    if accounts is not None:
+        checks = checks.filter(account__in=accounts)
+    return checks.select_related("account", "stack").order_by("account", "-checked_at")
+
+
+def latest_for_stack(stack: Stack) -> DriftCheck | None:
+    return DriftCheck.objects.filter(
+        account_id=stack.account_id, stack_name=stack.stack_name, region=stack.region, latest=True
+    ).first()
