@@ -32,7 +32,7 @@ def register_worker(redis_db):
     from rq import Worker
     from rq.utils import now, utcformat
 
-    def register(queues=("default", "sync"), *, age_seconds: float = 0) -> Worker:
+    def register(queues=("default", "sync", "notify"), *, age_seconds: float = 0) -> Worker:
         worker = Worker(list(queues), connection=redis_db, name=f"test-{uuid.uuid4().hex[:8]}")
         worker.register_birth()
         if age_seconds:

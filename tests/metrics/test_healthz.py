@@ -22,7 +22,7 @@ def get(client):
 
 
 def test_it_answers_200_with_every_check_ok_when_the_services_are_up(client, register_worker):
-    register_worker(("default", "sync"))
+    register_worker(("default", "sync", "notify"))
 
     status, body = get(client)
 
@@ -32,7 +32,7 @@ def test_it_answers_200_with_every_check_ok_when_the_services_are_up(client, reg
         "checks": {
             "database": {"ok": True},
             "redis": {"ok": True},
-            "worker": {"ok": True, "workers": {"default": 1, "sync": 1}},
+            "worker": {"ok": True, "workers": {"default": 1, "sync": 1, "notify": 1}},
         },
     }
 
@@ -72,8 +72,10 @@ def test_it_answers_503_when_no_worker_is_registered(client, redis_db):
     assert body["checks"]["redis"] == {"ok": True}
     assert body["checks"]["worker"] == {
         "ok": False,
-        "workers": {"default": 0, "sync": 0},
-        "detail": f"no worker with a heartbeat in the last {settings.CDKD_HEALTH_WORKER_SECONDS} s on: default, sync",
+        "workers": {"default": 0, "sync": 0, "notify": 0},
+        "detail": (
+            f"no worker with a heartbeat in the last {settings.CDKD_HEALTH_WORKER_SECONDS} s on: default, sync, notify"
+        ),
     }
 
 
@@ -84,7 +86,7 @@ def test_it_answers_503_when_the_only_worker_heartbeat_is_too_old(client, regist
     status, body = get(client)
 
     assert status == 503
-    assert body["checks"]["worker"]["workers"] == {"default": 0, "sync": 0}
+    assert body["checks"]["worker"]["workers"] == {"default": 0, "sync": 0, "notify": 0}
 
 
 def test_it_answers_503_when_a_queue_has_no_worker(client, register_worker):
@@ -93,8 +95,8 @@ def test_it_answers_503_when_a_queue_has_no_worker(client, register_worker):
     status, body = get(client)
 
     assert status == 503
-    assert body["checks"]["worker"]["workers"] == {"default": 1, "sync": 0}
-    assert body["checks"]["worker"]["detail"].endswith("on: sync")
+    assert body["checks"]["worker"]["workers"] == {"default": 1, "sync": 0, "notify": 0}
+    assert body["checks"]["worker"]["detail"].endswith("on: sync, notify")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -130,7 +132,7 @@ def test_it_answers_405_to_a_post(client, register_worker):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_sees_a_real_rq_worker_process_and_loses_it_when_it_dies(client, redis_db, settings):
-    """A real `manage.py rqworker default sync` (the PreloadingWorker): /healthz turns 200
+    """A real `manage.py rqworker default sync notify` (the PreloadingWorker): /healthz turns 200
     once it registers; its idle heartbeat renews every CDKD_WORKER_HEARTBEAT_SECONDS (1 s
     here; RQ's own idle interval is 405 s); SIGKILLed, it leaves its registration behind and
     /healthz turns 503 once the heartbeat is older than CDKD_HEALTH_WORKER_SECONDS."""
@@ -146,7 +148,7 @@ def test_it_sees_a_real_rq_worker_process_and_loses_it_when_it_dies(client, redi
         "CDKD_WORKER_HEARTBEAT_SECONDS": "1",
     }
     worker = subprocess.Popen(
-        [sys.executable, "manage.py", "rqworker", "default", "sync"],
+        [sys.executable, "manage.py", "rqworker", "default", "sync", "notify"],
         cwd=ROOT,
         env=env,
         start_new_session=True,
@@ -155,7 +157,7 @@ def test_it_sees_a_real_rq_worker_process_and_loses_it_when_it_dies(client, redi
     )
     try:
         wait_for(lambda: client.get("/healthz").status_code == 200, timeout=60, what="the worker to register")
-        assert get(client)[1]["checks"]["worker"]["workers"] == {"default": 1, "sync": 1}
+        assert get(client)[1]["checks"]["worker"]["workers"] == {"default": 1, "sync": 1, "notify": 1}
 
         (registered,) = Worker.all(connection=redis_db)
         first = registered.last_heartbeat
@@ -172,7 +174,7 @@ def test_it_sees_a_real_rq_worker_process_and_loses_it_when_it_dies(client, redi
     assert Worker.all(connection=redis_db)  # still registered: a killed worker says nothing
     settings.CDKD_HEALTH_WORKER_SECONDS = 2
     wait_for(lambda: client.get("/healthz").status_code == 503, timeout=30, what="the dead worker's heartbeat to age")
-    assert get(client)[1]["checks"]["worker"]["workers"] == {"default": 0, "sync": 0}
+    assert get(client)[1]["checks"]["worker"]["workers"] == {"default": 0, "sync": 0, "notify": 0}
 
 
 def test_it_refuses_a_worker_window_no_longer_than_the_heartbeat_interval():
