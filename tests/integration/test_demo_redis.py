@@ -106,4 +106,4 @@ def test_it_takes_the_port_it_is_given(monkeypatch):
         taken = busy.getsockname()[1]
         assert script.pick_port(taken) != taken  # busy: another is picked, as the help says
     sh = (SCRIPT.parent / "demo.sh").read_text()
-    assert 'exec .venv/bin/python scripts/demo.py "$@"' in sh
+    assert '.venv/bin/python scripts/demo.py "$@"' in sh  # its arguments, --port included, reach demo.py
