@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from stacks import sync
+from stacks import sync, syncrecords
 from stacks.models import Account, DeploymentEvent, DeploymentRun, Lock, Resource, Stack
 from stacks.sync import sync_account
 
@@ -135,7 +135,7 @@ def test_it_stores_every_other_record_when_one_cannot_be_written(aws, prod, monk
 
 
 def test_it_fetches_again_the_records_of_a_batch_that_died_mid_apply(aws, prod, monkeypatch):
-    monkeypatch.setattr(sync, "BATCH", 1)
+    monkeypatch.setattr(syncrecords, "BATCH", 1)  # what _apply_states batches by
     real_create = Resource.objects.bulk_create
     calls = []
 
