@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -132,26 +131,11 @@ def scheduled_drift() -> None:
 
 def schedule_next_drift(delay_seconds: int) -> bool:
     """Book the next scheduled drift run unless one is booked (or the interval is 0)."""
-    from cdkd_site.queues import get_queue
+    from stacks.jobs import book_once
 
     if settings.CDKD_DRIFT_INTERVAL <= 0:
         return False
-    queue = get_queue("sync")
-    lock = queue.connection.lock(f"cdkd:{SCHEDULED_PREFIX}:lock", timeout=30, blocking_timeout=10)
-    if not lock.acquire():
-        return False
-    try:
-        pending = queue.scheduled_job_registry.get_job_ids() + queue.get_job_ids()
-        if any(job_id.startswith(SCHEDULED_PREFIX) for job_id in pending):
-            return False
-        queue.enqueue_in(
-            timedelta(seconds=delay_seconds),
-            "stacks.drift.scheduled_drift",
-            job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}",
-        )
-        return True
-    finally:
-        lock.release()
+    return book_once(SCHEDULED_PREFIX, "stacks.drift.scheduled_drift", delay_seconds)
 
 
 # --- queries ----------------------------------------------------------------------------------

@@ -69,24 +69,26 @@ def scheduled_sync() -> None:
 
 def schedule_next_sync(delay_seconds: int) -> bool:
     """Book a scheduled sync unless one is already booked. Returns whether it booked one."""
-    from cdkd_site.queues import get_queue
-
     if settings.CDKD_SYNC_INTERVAL <= 0:
         return False
+    return book_once(SCHEDULED_PREFIX, "stacks.jobs.scheduled_sync", delay_seconds)
+
+
+def book_once(prefix: str, func: str, delay_seconds: int) -> bool:
+    """Queue `func` on the sync queue in `delay_seconds` unless a job whose id starts with
+    `prefix` is already booked or queued: the booking lives in Redis, so a schedule survives
+    worker restarts. Under a lock, so workers starting at once on several machines book one."""
+    from cdkd_site.queues import get_queue
+
     queue = get_queue("sync")
-    # Under a lock: workers starting at once on several machines book one schedule.
-    lock = queue.connection.lock(f"cdkd:{SCHEDULED_PREFIX}:lock", timeout=30, blocking_timeout=10)
+    lock = queue.connection.lock(f"cdkd:{prefix}:lock", timeout=30, blocking_timeout=10)
     if not lock.acquire():
         return False  # another process is booking it
     try:
         pending = queue.scheduled_job_registry.get_job_ids() + queue.get_job_ids()
-        if any(job_id.startswith(SCHEDULED_PREFIX) for job_id in pending):
+        if any(job_id.startswith(prefix) for job_id in pending):
             return False
-        queue.enqueue_in(
-            timedelta(seconds=delay_seconds),
-            "stacks.jobs.scheduled_sync",
-            job_id=f"{SCHEDULED_PREFIX}-{time.time_ns()}",
-        )
+        queue.enqueue_in(timedelta(seconds=delay_seconds), func, job_id=f"{prefix}-{time.time_ns()}")
         return True
     finally:
         lock.release()
