@@ -93,6 +93,13 @@ def _attach(ctx: Context, stack: Stack) -> Stack:
     return stack
 
 
+def _same_stack(model, **extra):
+    """Rows of `model` for the outer query's stack (account, name, region): for Exists()."""
+    return model.objects.filter(
+        account=OuterRef("account"), stack_name=OuterRef("stack_name"), region=OuterRef("region"), **extra
+    )
+
+
 # --- locks -------------------------------------------------------------------------------------
 
 
@@ -161,21 +168,9 @@ def _lock_evidence(ctx: Context, rows: list[Row]) -> None:
     held = [r for r in rows if r.kind == STALE_LOCK]
     if not held:
         return
-    newer = DeploymentRun.objects.filter(
-        account=OuterRef("account"),
-        stack_name=OuterRef("stack_name"),
-        region=OuterRef("region"),
-        run_id__gt=OuterRef("run_id"),
-    )
+    newer = _same_stack(DeploymentRun, run_id__gt=OuterRef("run_id"))
     now = ctx.now_ms
-    locked = Lock.objects.filter(
-        account=OuterRef("account"),
-        stack_name=OuterRef("stack_name"),
-        region=OuterRef("region"),
-        readable=True,
-        expires_at_ms__gt=now,
-        timestamp_ms__lt=now - lock_age_ms(),
-    )
+    locked = _same_stack(Lock, readable=True, expires_at_ms__gt=now, timestamp_ms__lt=now - lock_age_ms())
     last = DeploymentEvent.objects.filter(run=OuterRef("pk")).order_by("-seq")
     runs = (
         DeploymentRun.objects.filter(account__in=ctx.ids)
@@ -258,21 +253,9 @@ def _stack_row(kind: str, stack: Stack, problem: str, since, step: Step, evidenc
 def _failed_operation_rows(ctx: Context) -> list[Row]:
     """The admin's own deploys and destroys whose newest run ended failed or partial, with
     nothing newer (an admin operation or a cdkd run) since."""
-    later_op = Operation.objects.filter(
-        account=OuterRef("account"),
-        stack_name=OuterRef("stack_name"),
-        region=OuterRef("region"),
-        kind__in=_RUN_KINDS,
-        status__in=_SETTLING,
-        created_at__gt=OuterRef("created_at"),
-    )
-    later_run = DeploymentRun.objects.filter(
-        account=OuterRef("account"),
-        stack_name=OuterRef("stack_name"),
-        region=OuterRef("region"),
-        command__in=_RUN_KINDS,
-        operation__isnull=True,
-        run_at__gt=OuterRef("finished_at"),
+    later_op = _same_stack(Operation, kind__in=_RUN_KINDS, status__in=_SETTLING, created_at__gt=OuterRef("created_at"))
+    later_run = _same_stack(
+        DeploymentRun, command__in=_RUN_KINDS, operation__isnull=True, run_at__gt=OuterRef("finished_at")
     )
     ops = (
         Operation.objects.filter(account__in=ctx.ids, kind__in=_RUN_KINDS)
@@ -320,21 +303,8 @@ def _failed_operation_rows(ctx: Context) -> list[Row]:
 
 
 def _failed_cdkd_runs(ctx: Context) -> tuple[list[DeploymentRun], dict[tuple, Stack]]:
-    newer = DeploymentRun.objects.filter(
-        account=OuterRef("account"),
-        stack_name=OuterRef("stack_name"),
-        region=OuterRef("region"),
-        command__in=_RUN_KINDS,
-        run_id__gt=OuterRef("run_id"),
-    )
-    later_op = Operation.objects.filter(
-        account=OuterRef("account"),
-        stack_name=OuterRef("stack_name"),
-        region=OuterRef("region"),
-        kind__in=_RUN_KINDS,
-        status__in=_SETTLING,
-        created_at__gt=OuterRef("run_at"),
-    )
+    newer = _same_stack(DeploymentRun, command__in=_RUN_KINDS, run_id__gt=OuterRef("run_id"))
+    later_op = _same_stack(Operation, kind__in=_RUN_KINDS, status__in=_SETTLING, created_at__gt=OuterRef("run_at"))
     failed = (
         DeploymentRun.objects.filter(
             account__in=ctx.ids, command__in=_RUN_KINDS, result="FAILED", operation__isnull=True
