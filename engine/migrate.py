@@ -185,6 +185,9 @@ class StateMigrate:
                 "copy_count": len(found.copy),
                 "same_count": len(found.same),
                 "bytes": sum(size[key] for key in found.copy),
+                # the keys themselves, for the request and approval pages (the counts cover the rest)
+                "copy_keys": [{"key": key, "size": size[key]} for key in found.copy[:MAX_LISTED]],
+                "same_keys": found.same[:MAX_LISTED],
             },
         )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.schema import SUPPORTED_VERSION
 from stacks.access import has_role
-from stacks.models import Lock, LockState, OperationKind, Role, Stack
+from stacks.models import Account, BucketSource, Lock, LockState, OperationKind, Role, Stack
 
 # Defect paths inside one resource row: orphaning that row (orphan-resources) removes them.
 _ROW_PREFIX = "resources."
@@ -56,6 +56,8 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
         if not lock_known:
             lock = Lock.objects.filter(stack=stack).first()
         return None if lock is not None else "There is no lock to remove."
+    if kind == OperationKind.EVENTS_PRUNE:  # the event store, not the record: a newer record is no bar
+        return "A legacy key has no region, so it has no event store to prune." if stack.legacy else None
     if stack.read_only:
         return _newer(stack)
     if kind == OperationKind.ROLLBACK:
@@ -105,6 +107,30 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
             )
         return None if stack.resource_count else "The record lists no resources."
     return None  # restore: the chosen version is checked when it is planned
+
+
+def migrate_why_not(account: Account, *, lock_keys: list[str] | None = None) -> str | None:
+    """Why `state migrate` cannot be requested for this account, from the mirror, or None
+    (engine.migrate refuses the same at plan and run time, reading both buckets).
+    `lock_keys`: the account's mirrored lock keys when the caller has them."""
+    if account.bucket_source == BucketSource.EXPLICIT:
+        return (
+            f"The account names its state bucket ({account.resolved_bucket or account.bucket}) itself: state migrate "
+            f"moves only the legacy default cdkd-state-{account.account_id}-{{region}}."
+        )
+    if not account.bucket_source:
+        return "The account's state bucket has not been resolved yet: sync the account, then try again."
+    if account.bucket_source != BucketSource.DEFAULT_LEGACY:
+        return None  # the new bucket is in use; a leftover legacy one is the plan's to find
+    if lock_keys is None:
+        lock_keys = list(Lock.objects.filter(account=account).values_list("key", flat=True)[:6])
+    if lock_keys:
+        shown = ", ".join(lock_keys[:5])
+        return (
+            f"{account.resolved_bucket} holds a lock ({shown}): a deploy or destroy may be running. Wait for it, "
+            "or force-unlock a stale lock first."
+        )
+    return None
 
 
 def _rollback_why_not(stack: Stack, damaged: list[dict[str, Any]], lock: Lock | None) -> str | None:

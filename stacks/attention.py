@@ -452,32 +452,38 @@ def _record_rows(ctx: Context) -> list[Row]:
                 reason=f"Only a cdkd deploy rewrites a record at version {SUPPORTED_VERSION}.",
             )
         rows.append(_stack_row(RECORD, stack, problem, stack.s3_last_modified, step, evidence))
-    for account in ctx.accounts.values():
-        if account.bucket_source == BucketSource.DEFAULT_LEGACY:
-            region = account.bucket_region or account.cli_region
-            step = Step(
-                "State migrate",
-                command=(
-                    f"python manage.py cdkd state migrate --account {account.account_id} --region {region} --dry-run"
-                ),
-                allowed=False,
-                reason="Run the migration from the command line (dry run first).",
+    legacy = [a for a in ctx.accounts.values() if a.bucket_source == BucketSource.DEFAULT_LEGACY]
+    locks: dict[int, list[str]] = {}
+    if legacy:  # one query for every legacy bucket's locks (the migration refuses while one is there)
+        for account_pk, key in Lock.objects.filter(account__in=legacy).values_list("account_id", "key"):
+            locks.setdefault(account_pk, []).append(key)
+    for account in legacy:
+        region = account.bucket_region or account.cli_region
+        reason = ctx.may(account) or actions.migrate_why_not(account, lock_keys=locks.get(account.pk, [])) or ""
+        step = Step(
+            "State migrate",
+            kind=OperationKind.STATE_MIGRATE,
+            url=reverse("state_migrate_new", args=[account.account_id]) + f"?region={region}",
+            command=(f"python manage.py cdkd state migrate --account {account.account_id} --region {region} --dry-run"),
+            allowed=not reason,
+            reason=reason,
+            approval=ctx.approval(account, OperationKind.STATE_MIGRATE),
+        )
+        evidence = (
+            [f"bucket: {account.resolved_bucket}", account.bucket_message]
+            if account.bucket_message
+            else [f"bucket: {account.resolved_bucket}"]
+        )
+        rows.append(
+            Row(
+                RECORD,
+                account,
+                "State in the legacy region-suffixed bucket",
+                account.bucket_checked_at,
+                step,
+                evidence=evidence,
             )
-            evidence = (
-                [f"bucket: {account.resolved_bucket}", account.bucket_message]
-                if account.bucket_message
-                else [f"bucket: {account.resolved_bucket}"]
-            )
-            rows.append(
-                Row(
-                    RECORD,
-                    account,
-                    "State in the legacy region-suffixed bucket",
-                    account.bucket_checked_at,
-                    step,
-                    evidence=evidence,
-                )
-            )
+        )
     return rows
 
 

@@ -117,7 +117,10 @@ WEB_KINDS = (
     OperationKind.SCRUB,
     *(OperationKind.REFRESH_OBSERVED, OperationKind.DRIFT_ACCEPT, OperationKind.DRIFT_REVERT),
     OperationKind.ROLLBACK,
+    OperationKind.EVENTS_PRUNE,
 )
+# The kinds requested from an account's pages (no stack: `stacks.views.bucket_requests`).
+ACCOUNT_KINDS = (OperationKind.STATE_MIGRATE,)
 FORCEABLE_KINDS = (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES)
 
 
@@ -159,6 +162,9 @@ class OperationParamsForm(WordedForm):
     # rollback, as cdkd names them (--revert-failed, --orphan <logicalId>...)
     revert_failed = forms.BooleanField(required=False, label="Revert failed operations")
     orphan = forms.CharField(required=False, max_length=4000, label="Leave in AWS (logical ids)")
+    # events prune, as cdkd names them (--keep N, --older-than DAYS); neither: the newest 20 stay
+    keep = forms.IntegerField(required=False, min_value=0, max_value=100_000, label="Keep the newest runs")
+    older_than_days = forms.IntegerField(required=False, min_value=1, max_value=36_500, label="Older than (days)")
     plan_digest = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
     # Why (free text or a ticket reference): shown to approvers and kept in the audit.
     reason = forms.CharField(required=False, max_length=REASON_MAX, label="Reason")
@@ -215,7 +221,35 @@ class OperationParamsForm(WordedForm):
             return scrub_params(data)
         if self.kind == OperationKind.ROLLBACK:
             return rollback_params(data)
+        if self.kind == OperationKind.EVENTS_PRUNE:  # as `cdkd events prune` passes them
+            return {"keep": data.get("keep"), "older_than_days": data.get("older_than_days")}
         return {}
+
+
+class StateMigrateForm(WordedForm):
+    """`state migrate` from the web: the region in the legacy bucket's name and whether to
+    remove that bucket after the verified copy (ticked twice on the confirmation)."""
+
+    region = forms.CharField(max_length=32, label="Region")
+    remove_legacy = forms.BooleanField(required=False, label="Remove the legacy bucket")
+    confirm_remove = forms.BooleanField(required=False)
+    plan_digest = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
+    reason = forms.CharField(required=False, max_length=REASON_MAX, label="Reason")
+
+    def clean_region(self) -> str:
+        from engine.keys import is_region_shaped
+
+        region = self.cleaned_data["region"].strip()
+        if not is_region_shaped(region):
+            raise forms.ValidationError(f"Region {region!r} is not an AWS region name (e.g. us-east-1).")
+        return region
+
+    def clean_reason(self) -> str:
+        text = self.cleaned_data.get("reason") or ""
+        return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+    def params(self) -> dict[str, Any]:
+        return {"remove_legacy": bool(self.cleaned_data.get("remove_legacy"))}
 
 
 def rollback_params(data: dict[str, Any]) -> dict[str, Any]:

@@ -195,6 +195,8 @@ def request_operation(
         details["allow_replacement"] = consent
     if isinstance(plan.data.get("options"), dict):  # a destroy's run-wide choices, for the audit
         details["options"] = plan.data["options"]
+    elif kind in ("state-migrate", "events-prune"):  # what the whole-bucket run deletes, for the audit
+        details["options"] = {k: plan.data[k] for k in ("remove_legacy", "keep", "older_than_days") if k in plan.data}
     if rerun_of is not None:
         details["rerun_of"] = rerun_of.pk
         details["same_plan"] = same_plan

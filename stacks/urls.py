@@ -12,6 +12,7 @@ from django.urls import include, path
 from stacks import views
 from stacks.views import notifications as notify_views
 from stacks.views.attention import attention_board
+from stacks.views.bucket_requests import state_migrate_new
 from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, deploy_plan_request, stack_plan_new
 from stacks.views.detail import stack_reveal
 from stacks.views.exports_page import account_exports, all_exports
@@ -95,6 +96,8 @@ urlpatterns = [
     path("exports/", all_exports, name="exports"),
     # Plan a deploy (read-only): of a new stack from the account, of a stack from its page.
     path("accounts/<str:account_id>/plan/", account_plan_new, name="account_plan_new"),
+    # An account's operation: state migrate of its legacy bucket (operators request it).
+    path("accounts/<str:account_id>/state-migrate/", state_migrate_new, name="state_migrate_new"),
     path("plans/<int:plan_id>/", deploy_plan, name="deploy_plan"),
     path("plans/<int:plan_id>/json/", deploy_plan_json, name="deploy_plan_json"),
     path("plans/<int:plan_id>/deploy/", deploy_plan_request, name="deploy_plan_request"),

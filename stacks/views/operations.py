@@ -53,7 +53,7 @@ from stacks.models import (
     Stack,
 )
 from stacks.secretmask import mask_plan
-from stacks.views import picker
+from stacks.views import bucket_present, picker
 from stacks.views.common import AuthedRequest, is_partial
 from stacks.views.detail import parse_stack
 
@@ -319,7 +319,7 @@ def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
         "destroy_rows": destroy_rows(plan.get("data")) if kind == OperationKind.DESTROY else [],
     }
     tables["cloud_control_rows"] = [r for r in tables["destroy_rows"] if r["cloud_control"]]
-    changes = _changes_once(plan, change_rows(plan.get("changes")), tables)
+    changes = bucket_present.other_changes(kind, _changes_once(plan, change_rows(plan.get("changes")), tables))
     own, unreadable = _warnings_once(plan.get("warnings"))
     return {
         "plan": plan,
@@ -331,6 +331,7 @@ def plan_context(plan: dict[str, Any]) -> dict[str, Any]:
         "is_scrub": kind == OperationKind.SCRUB,
         "destroy_options": destroy_options(plan) if kind == OperationKind.DESTROY else None,
         **tables,
+        **bucket_present.tables(plan),
     }
 
 
@@ -351,6 +352,7 @@ def _new_operation_context(stack: Stack, kind: str, form: OperationParamsForm, u
         "is_destroy": kind == OperationKind.DESTROY,
         "is_scrub": kind == OperationKind.SCRUB,
         "is_rollback": kind == OperationKind.ROLLBACK,
+        "is_prune": kind == OperationKind.EVENTS_PRUNE,
         "assemblies": scrub_assemblies(stack) if kind == OperationKind.SCRUB else [],
     }
 

@@ -144,6 +144,13 @@ RULES: dict[str, Rule] = {
     "operation_new": Rule(
         lambda w: {**stack_kwargs(w), "kind": "orphan"}, get=OPERATOR_PAGE, post=on_a(404, 403, 302, 302, 302)
     ),
+    # An account's operation (no stack): operators request it, as every other kind.
+    "state_migrate_new": Rule(
+        lambda w: {"account_id": A},
+        get=OPERATOR_PAGE,
+        post=on_a(404, 403, 302, 302, 302),
+        data=lambda w: {"region": "us-east-1"},
+    ),
     "operations": Rule(get=every(200), query="?tab=all", lists_a=True),
     "operation": Rule(op_kwargs("awaiting"), get=READ_A),
     # The operator requested it: they cannot approve it, approvers and admins can.
