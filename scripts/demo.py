@@ -372,10 +372,12 @@ def main() -> None:
             build_demo_world,
             plant_leaked_secrets,
         )
+        from demo.attention import plant_attention
 
         world = build_demo_world(assumed_role_session)
         leak = plant_leaked_secrets(assumed_role_session(LEAK_ACCOUNT))
         world.count_planted(leak)  # the summary names what the sync will list
+        plant_attention(world, assumed_role_session)  # a row of each attention-board kind, drift
         say(f"  seeded     {world.state_records} stack records ({world.objects} objects) in {world.seconds:.1f} s:")
         for line in world.describe():
             say("               " + line)
@@ -445,6 +447,11 @@ def main() -> None:
         for row in rows:
             errors = f", {len(row['errors'])} errors: {row['errors'][0]}" if row.get("errors") else ""
             say(f"  synced     {row['account']}: {row['listed']} records, {row['fetched']} fetched{errors}")
+        # A drift check and a secret scan, stored, so the board and the drift panel show them.
+        check = "import demo.attention as a; print(*a.check_attention(), sep='\\n')"
+        checked = manage(env, "shell", "-v", "0", "-c", check)
+        for line in checked.stdout.splitlines():
+            say("  " + line)
 
         # -- The worker and the web app -------------------------------------------------------
         if redis_url.startswith("fakeredis://"):

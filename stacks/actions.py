@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.schema import SUPPORTED_VERSION
 from stacks.access import has_role
-from stacks.models import Lock, OperationKind, Role, Stack
+from stacks.models import Lock, LockState, OperationKind, Role, Stack
 
 # Defect paths inside one resource row: orphaning that row (orphan-resources) removes them.
 _ROW_PREFIX = "resources."
@@ -58,6 +58,10 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
         return None if lock is not None else "There is no lock to remove."
     if stack.read_only:
         return _newer(stack)
+    if kind == OperationKind.ROLLBACK:
+        if not lock_known:
+            lock = Lock.objects.filter(stack=stack).first()
+        return _rollback_why_not(stack, damaged, lock)
     if kind == OperationKind.ORPHAN:
         return None  # it reads `resources` nowhere: the documented way out of a damaged record
     if kind == OperationKind.ORPHAN_RESOURCES:
@@ -101,6 +105,32 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
             )
         return None if stack.resource_count else "The record lists no resources."
     return None  # restore: the chosen version is checked when it is planned
+
+
+def _rollback_why_not(stack: Stack, damaged: list[dict[str, Any]], lock: Lock | None) -> str | None:
+    """engine.deploy.rollback's refusals, from the mirror: it replays the journal beside the
+    record under the stack's lock, so it needs a journal, a readable record and the lock."""
+    if stack.legacy:
+        return "A legacy record (no region in its key) has no rollback journal this app can replay."
+    if stack.journal_key is None:
+        return "The stack's rollback journal has not been listed yet: sync the account, then try again."
+    if not stack.journal_key:
+        return "There is no rollback journal to replay: the last sync found none beside the record."
+    if damaged:
+        first = damaged[0]
+        return (
+            f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}): a rollback refuses to "
+            f"replay over it. Repair the record first."
+        )
+    state = lock.state() if lock is not None else LockState.NONE
+    if state == LockState.UNREADABLE:
+        return "lock.json cannot be read, so a rollback cannot take the lock: force-unlock first."
+    if state == LockState.LIVE:
+        return (
+            f"The stack is locked by {lock.owner or 'an unnamed holder'}: a rollback waits for the lock. "
+            f"If the lock card says likely abandoned, force-unlock first."
+        )
+    return None
 
 
 # Drift's operations (engine.refresh): offered from the stack page's drift panel.

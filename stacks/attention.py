@@ -224,23 +224,24 @@ def _ms(value: datetime | None) -> int | None:
 
 
 def _journal_rows(ctx: Context) -> list[Row]:
-    """A rollback journal left beside the record: a failed deploy that was not rolled back."""
+    """A rollback journal left beside the record: a failed deploy that was not rolled back.
+    The next step is the rollback request page; the stack's lock comes in the same query."""
     if not has_journal_fields():
         return []
-    found = _stacks(ctx).filter(journal_modified__isnull=False).only(*_STACK_FIELDS, "journal_modified", "journal_key")
+    found = (
+        _stacks(ctx)
+        .filter(journal_modified__isnull=False)
+        .select_related("lock")
+        .only(*_STACK_FIELDS, "journal_modified", "journal_key", "lock__owner", "lock__readable", "lock__expires_at_ms")
+    )
     rows = []
     for stack in found:
         _attach(ctx, stack)
-        reason = ctx.may(stack.account) or (actions._newer(stack) if stack.read_only else "")
-        step = Step(
-            "Roll back",
-            kind=OperationKind.ROLLBACK,
-            command=cli_command(OperationKind.ROLLBACK, stack.account.account_id, stack.stack_name, stack.region),
-            allowed=False,
-            # The web has no rollback request page yet: the command is the way (an audited operation).
-            reason=reason or "Rolled back from the command line (an audited operation).",
-            approval=ctx.approval(stack.account, OperationKind.ROLLBACK),
-        )
+        try:
+            lock = stack.lock
+        except Lock.DoesNotExist:
+            lock = None
+        step = ctx.operation_step(stack, OperationKind.ROLLBACK, "Roll back", lock=lock, lock_known=True)
         evidence = [f"journal: {stack.journal_key}" if stack.journal_key else "journal beside the record"]
         rows.append(
             _stack_row(

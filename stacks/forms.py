@@ -116,6 +116,7 @@ WEB_KINDS = (
     OperationKind.DESTROY,
     OperationKind.SCRUB,
     *(OperationKind.REFRESH_OBSERVED, OperationKind.DRIFT_ACCEPT, OperationKind.DRIFT_REVERT),
+    OperationKind.ROLLBACK,
 )
 FORCEABLE_KINDS = (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES)
 
@@ -155,6 +156,9 @@ class OperationParamsForm(WordedForm):
     keep_history = forms.BooleanField(required=False, label="Keep history")
     allow_replacement = forms.BooleanField(required=False, label="Allow replacement")
     assembly = forms.RegexField(regex=r"^[0-9a-f]{64}$", required=False, label="Assembly")
+    # rollback, as cdkd names them (--revert-failed, --orphan <logicalId>...)
+    revert_failed = forms.BooleanField(required=False, label="Revert failed operations")
+    orphan = forms.CharField(required=False, max_length=4000, label="Leave in AWS (logical ids)")
     plan_digest = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
     # Why (free text or a ticket reference): shown to approvers and kept in the audit.
     reason = forms.CharField(required=False, max_length=REASON_MAX, label="Reason")
@@ -175,6 +179,16 @@ class OperationParamsForm(WordedForm):
         if self.kind == OperationKind.SCRUB:
             clean_scrub(self, data)
         return data
+
+    def clean_orphan(self) -> list[str]:
+        """Logical ids, separated by spaces or commas, each once (the plan refuses one the
+        journal does not hold, naming it)."""
+        text = self.cleaned_data.get("orphan") or ""
+        ids = [part for part in text.replace(",", " ").split() if part]
+        bad = [i for i in ids if not i.isprintable() or len(i) > 255]
+        if bad:
+            raise forms.ValidationError("Leave in AWS takes logical ids (printable, at most 255 characters each).")
+        return list(dict.fromkeys(ids))
 
     def clean_reason(self) -> str:
         # One line of plain text: control characters (newlines included) become spaces.
@@ -199,7 +213,20 @@ class OperationParamsForm(WordedForm):
             return params | destroy_deadline_params()
         if self.kind == OperationKind.SCRUB:
             return scrub_params(data)
+        if self.kind == OperationKind.ROLLBACK:
+            return rollback_params(data)
         return {}
+
+
+def rollback_params(data: dict[str, Any]) -> dict[str, Any]:
+    """A rollback's parameters, as `cdkd rollback` takes them; the account is the
+    operation's own (set by the pipeline, never by the form)."""
+    params: dict[str, Any] = {}
+    if data.get("revert_failed"):
+        params["revert_failed"] = True
+    if data.get("orphan"):
+        params["orphan"] = list(data["orphan"])
+    return params
 
 
 def scrub_params(data: dict[str, Any]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ class CdkdCollector(Collector):
     # --- the database --------------------------------------------------------------------
 
     def account_metrics(self):
-        from stacks.models import Account, BucketStatus, Lock, SecretFinding, Stack, now_ms
+        from stacks.models import Account, BucketStatus, DriftCheck, Lock, SecretFinding, Stack, now_ms
 
         accounts = list(
             Account.objects.order_by("account_id").values_list(
@@ -73,6 +73,19 @@ class CdkdCollector(Collector):
             .annotate(
                 current=Count("id", filter=Q(version_id__isnull=True)),
                 noncurrent=Count("id", filter=Q(version_id__isnull=False)),
+            )
+        }
+        # The latest drift check of each stack (DriftCheck.latest): stacks checked, stacks with
+        # drift, and the drifted resources in them.
+        drift = {
+            row["account_id"]: row
+            for row in DriftCheck.objects.filter(latest=True)
+            .order_by()
+            .values("account_id")
+            .annotate(
+                checked=Count("id"),
+                drifted_stacks=Count("id", filter=Q(drifted__gt=0)),
+                drifted_resources=Sum("drifted"),
             )
         }
 
@@ -115,6 +128,16 @@ class CdkdCollector(Collector):
             "Secret findings of the last scans, in current objects or in noncurrent versions",
             labels=["account", "version"],
         )
+        drift_stacks = GaugeMetricFamily(
+            "cdkd_drift_stacks",
+            "Stacks by their latest drift check (checked: with a check; drifted: it found drift)",
+            labels=["account", "state"],
+        )
+        drift_resources = GaugeMetricFamily(
+            "cdkd_drift_resources",
+            "Resources MODIFIED or DELETED in the stacks' latest drift checks",
+            labels=["account"],
+        )
 
         for pk, account_id, name, status, started_at, synced_at, last_error in accounts:
             label = [account_id]
@@ -139,6 +162,10 @@ class CdkdCollector(Collector):
             row = findings.get(pk, {})
             for version in ("current", "noncurrent"):
                 finding_count.add_metric([account_id, version], float(row.get(version, 0)))
+            row = drift.get(pk, {})
+            drift_stacks.add_metric([account_id, "checked"], float(row.get("checked", 0)))
+            drift_stacks.add_metric([account_id, "drifted"], float(row.get("drifted_stacks", 0)))
+            drift_resources.add_metric(label, float(row.get("drifted_resources") or 0))
 
         yield info
         yield bucket
@@ -151,6 +178,8 @@ class CdkdCollector(Collector):
         yield defect_count
         yield lock_count
         yield finding_count
+        yield drift_stacks
+        yield drift_resources
 
     def operation_metrics(self):
         from stacks.models import FINISHED_STATUSES, Operation, OperationKind, OperationStatus

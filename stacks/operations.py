@@ -126,6 +126,10 @@ def _context(op: Operation, *, log=None, progress=None, cancel_event=None) -> Co
 
 def compute_plan(account: Account, kind: str, stack_name: str, region: str | None, params: dict, person: str) -> Plan:
     """Ask the engine what the operation would do now. Raises OperationRefused/EngineError."""
+    if kind == "rollback":
+        # The account a rollback's creates are reverted in is the operation's own, whatever
+        # the request carried (the plan records it; the run reads it from the plan).
+        params = {**params, "account": account.account_id}
     probe = Operation(
         kind=kind, account=account, stack_name=stack_name, region=region, params=params, requester_name=person
     )

@@ -18,6 +18,7 @@ from typing import Any
 from engine.providers import (
     custom,
     dynamodb,
+    ec2_network,
     ec2_volume,
     elasticache,
     iam,
@@ -73,6 +74,7 @@ _MODULES = (
     elasticache,
     redshift,
     ec2_volume,
+    ec2_network,
 )
 # Modules that only hold protection handlers (types whose delete lives elsewhere).
 _PROTECTION_MODULES = (protection,)
@@ -117,6 +119,8 @@ def deploy_provider_for(resource_type: str, provisioned_by: str | None = None) -
     if provisioned_by == "cc-api" and cloud_control_can_delete(resource_type):
         return CLOUD_CONTROL
     sdk = DEPLOY_REGISTRY.get(resource_type) or REGISTRY.get(resource_type)  # delete-only types too
+    if sdk is not None and getattr(sdk, "deploy_via_cloud_control", False) and cloud_control_can_delete(resource_type):
+        return CLOUD_CONTROL  # a delete-only provider that must not block Cloud Control's create
     if sdk is not None:
         return sdk
     return CLOUD_CONTROL if cloud_control_can_delete(resource_type) else None

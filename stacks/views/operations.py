@@ -350,6 +350,7 @@ def _new_operation_context(stack: Stack, kind: str, form: OperationParamsForm, u
         "leaves_aws_alone": kind in (OperationKind.ORPHAN, OperationKind.ORPHAN_RESOURCES),
         "is_destroy": kind == OperationKind.DESTROY,
         "is_scrub": kind == OperationKind.SCRUB,
+        "is_rollback": kind == OperationKind.ROLLBACK,
         "assemblies": scrub_assemblies(stack) if kind == OperationKind.SCRUB else [],
     }
 

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.urls import reverse
 from django.utils.translation import ngettext
 
 from engine.keys import DEFAULT_PREFIX
 from engine.schema import ParsedRecord
+from stacks import actions
 from stacks.lockcard import humanize_ms
-from stacks.models import Lock, LockState, Stack
+from stacks.models import Lock, LockState, OperationKind, Stack
 
 RESOURCES_PER_PAGE = 200
 # A record with more rows than this loads each row's properties when it is opened.
@@ -248,6 +250,7 @@ class JournalNotice:
     command: str  # this app's, recorded as an Operation
     cdkd_command: str  # the cdkd CLI's
     why_not: str
+    url: str = ""  # the rollback request page (plan, approval per policy, the worker)
 
 
 def _arg(value: str, hole: str) -> str:
@@ -256,27 +259,13 @@ def _arg(value: str, hole: str) -> str:
 
 
 def _rollback_why_not(stack: Stack, lock: LockView | None) -> str:
-    """Why `rollback` would refuse now, by the engine's own rules (engine.deploy.rollback)."""
+    """Why `rollback` would refuse now: the rule the request page follows (`actions.why_not`)."""
     if stack.read_only:
         return (
             f"Written by a newer cdkd (schema version {stack.schema_version}): this app does not roll it back; "
             f"use that cdkd."
         )
-    damaged = [d for d in stack.defects or [] if isinstance(d, dict)]
-    if damaged:
-        first = damaged[0]
-        return (
-            f"The record is damaged ({first.get('path') or 'root'}: {first.get('code')}): a rollback refuses to "
-            f"replay over it. Repair the record first (see the warnings above)."
-        )
-    if lock is not None and lock.state == LockState.UNREADABLE:
-        return "lock.json cannot be read, so a rollback cannot take the lock: force-unlock first."
-    if lock is not None and lock.state == LockState.LIVE:
-        return (
-            f"The stack is locked by {lock.lock.owner or 'an unnamed holder'}: a rollback waits for the lock. "
-            f"If the lock card says likely abandoned, force-unlock first."
-        )
-    return ""
+    return actions.why_not(stack, OperationKind.ROLLBACK, lock=lock.lock if lock else None, lock_known=True) or ""
 
 
 def journal_notice(stack: Stack, lock: LockView | None, at_ms: int) -> JournalNotice | None:
@@ -297,4 +286,5 @@ def journal_notice(stack: Stack, lock: LockView | None, at_ms: int) -> JournalNo
         command=f"python manage.py cdkd rollback {name} --account {account} --stack-region {region} --yes",
         cdkd_command=f"cdkd rollback {name} --stack-region {region}{prefix_flag}",
         why_not=_rollback_why_not(stack, lock),
+        url=reverse("operation_new", args=[account, stack.region_slug, stack.stack_name, OperationKind.ROLLBACK]),
     )

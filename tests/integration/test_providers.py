@@ -538,7 +538,7 @@ def test_it_leaves_a_same_named_bucket_of_another_account_alone(aws, moto, clien
 
 def test_it_routes_cc_api_rows_and_unknown_types_to_cloud_control():
     assert provider_for(ref("AWS::SQS::Queue", "u", provisioned_by="cc-api")) is CLOUD_CONTROL
-    assert provider_for(ref("AWS::EC2::VPC", "vpc-1")) is CLOUD_CONTROL
+    assert provider_for(ref("AWS::EC2::LaunchTemplate", "lt-1")) is CLOUD_CONTROL
     assert provider_for(ref("AWS::SQS::Queue", "u", provisioned_by=None)) is REGISTRY["AWS::SQS::Queue"]
     # Cloud Control cannot delete IAM roles: a cc-api role still goes through IAM.
     assert provider_for(ref("AWS::IAM::Role", "r", provisioned_by="cc-api")) is REGISTRY["AWS::IAM::Role"]

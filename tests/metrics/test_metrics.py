@@ -198,6 +198,13 @@ def test_it_reports_the_seeded_rows_per_account(client, token, redis_db):
     make_finding(prod, "A")
     make_finding(prod, "A", version_id="v1")
     make_finding(prod, "B", version_id="v2")
+    from stacks.models import DriftCheck
+
+    checked = timezone.now()
+    for name, drifted, latest in (("A", 2, True), ("B", 0, True), ("B", 3, False)):  # B's old check is superseded
+        DriftCheck.objects.create(
+            account=prod, stack_name=name, region="us-east-1", checked_at=checked, drifted=drifted, latest=latest
+        )
 
     s = scrape(client)
 
@@ -213,6 +220,10 @@ def test_it_reports_the_seeded_rows_per_account(client, token, redis_db):
     assert value(s, "cdkd_locks", account="222222222222", state="unreadable") == 1
     assert value(s, "cdkd_secret_findings", account="111111111111", version="current") == 1
     assert value(s, "cdkd_secret_findings", account="111111111111", version="noncurrent") == 2
+    assert value(s, "cdkd_drift_stacks", account="111111111111", state="checked") == 2
+    assert value(s, "cdkd_drift_stacks", account="111111111111", state="drifted") == 1
+    assert value(s, "cdkd_drift_resources", account="111111111111") == 2
+    assert value(s, "cdkd_drift_resources", account="222222222222") == 0
     assert value(s, "cdkd_secret_findings", account="222222222222", version="current") == 0
     # Sync: prod's last sync finished cleanly in 42.5 s; staging's last one failed.
     assert value(s, "cdkd_account_last_sync_duration_seconds", account="111111111111") == 42.5
@@ -225,8 +236,6 @@ def test_it_reports_the_seeded_rows_per_account(client, token, redis_db):
     assert value(s, "cdkd_account_sync_errors", account="222222222222") == 1
     assert value(s, "cdkd_account_bucket_status", account="222222222222", status="denied") == 1
     assert value(s, "cdkd_account_bucket_status", account="222222222222", status="ok") == 0
-    # Drift is not exported (no drift model in this version).
-    assert not any(name.startswith("cdkd_drift") for name, _ in s)
 
 
 def test_it_counts_operations_by_kind_and_result(client, token, redis_db):
@@ -312,4 +321,4 @@ def test_it_runs_the_same_number_of_queries_for_5_and_500_stacks(client, token, 
     Account.objects.all().delete()
     large = queries_for(500)
 
-    assert small == large == 5
+    assert small == large == 6
