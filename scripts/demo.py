@@ -2,14 +2,26 @@
 (or `bash scripts/demo.sh`, which installs first).
 
 1. starts a moto server (S3 + STS) as a child process: the demo's AWS, gone when the demo stops;
-2. seeds three accounts' state buckets with a realistic cdkd world (demo);
-3. migrates the database (DATABASE_URL, else SQLite at var/demo.sqlite3), sets the `admin`
-   login to a fresh password, registers the accounts and runs a first sync;
-4. collects the static files and starts the worker (`manage.py cdkd worker`) and the web app
-   (`gunicorn cdkd_site.wsgi`, DEBUG off: what production runs), prints one URL.
+2. starts the webhook receiver (demo/receiver.py: the demo webhooks' target, listing what it
+   gets) and the loopback OpenID provider (demo/oidc_provider: django-oauth-toolkit, with
+   one person in the group `platform-leads`), each a child process;
+3. seeds three accounts' state buckets with a realistic cdkd world (demo);
+4. migrates the database (DATABASE_URL, else SQLite at var/demo.sqlite3), sets the `admin`
+   login to a fresh password, registers the accounts, adds the group rule `platform-leads`
+   -> approver on the production account (demo/sso.py), the demo webhooks
+   (demo/notifications.py), a read-only API token of olivia, and runs a first sync;
+5. collects the static files and starts the worker (`manage.py cdkd worker`) and the web app
+   (`gunicorn cdkd_site.wsgi`, DEBUG off: what production runs), prints one URL first, then
+   how to try single sign-on, webhooks, the API and the metrics.
+
+The web app and the worker get CDKD_BASE_URL (the demo's own URL, so notification links
+point at it), CDKD_OIDC_* (the loopback provider; password login stays on for the other
+personas) and CDKD_METRICS_TOKEN (random per run, printed in the curl line).
 
 Secrets: SECRET_KEY and CDKD_ENCRYPTION_KEYS (a Fernet key for the bodies stored in the
 database) from the environment if set, else generated once into var/ and reused by later runs.
+The passwords, the API token and the metrics token are new on every run and printed on this
+console only (never in a log).
 
 Redis: REDIS_URL if set; else a Redis answering on 127.0.0.1:6379 (database 15, the demo's
 own: emptied when the demo starts and again when it stops, so it leaves nothing behind);
@@ -219,10 +231,66 @@ def shutdown(children: Children, redis_url: str, redis_server: Any) -> None:
         redis_server.server_close()
 
 
+def start_receiver(children: Children) -> str:
+    """The webhook target: demo/receiver.py on a free port, checking each payload's signature
+    with the demo's secret (CDKD_DEMO_WEBHOOK_SECRET, made here unless given)."""
+    secret = os.environ.get("CDKD_DEMO_WEBHOOK_SECRET") or "whsec_" + secrets.token_urlsafe(24)
+    os.environ["CDKD_DEMO_WEBHOOK_SECRET"] = secret
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    os.environ["CDKD_DEMO_RECEIVER_URL"] = url
+    log = VAR / "demo-receiver.log"
+    # Only what it needs: it is a stranger's server in the story, not part of the app.
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TZ")}
+    env["CDKD_DEMO_WEBHOOK_SECRET"] = secret
+    proc = children.start("receiver", [PY, "demo/receiver.py", "--port", str(port)], log, env)
+    wait_http(url + "/payloads.json", proc, "the webhook receiver", log)
+    return url
+
+
+SSO_PERSON = "priya"
+SSO_GROUP = "platform-leads"
+
+
+def start_sso(children: Children, web_port: int, preferred_port: int) -> tuple[str, str]:
+    """The loopback OpenID provider (demo/oidc_provider) with one person in SSO_GROUP, and the
+    app's CDKD_OIDC_* pointing at it. Its database and key live in var/demo-oidc/ and its
+    port is kept when free, so the issuer (and so the person's account here) stays the same
+    from run to run. Returns (issuer, the person's password)."""
+    from demo.oidc_provider.process import CLIENT_ID, OidcProvider
+
+    folder = VAR / "demo-oidc"
+    folder.mkdir(exist_ok=True)
+    secret_file = folder / "client-secret"
+    secret_file.touch(mode=0o600)
+    client_secret = secrets.token_urlsafe(32)
+    secret_file.write_text(client_secret + "\n")
+    provider = OidcProvider(folder, client_secret=client_secret, port=pick_port(preferred_port), fast_hash=False)
+    # Both names of the loopback host: the callback is built from the host the browser used.
+    provider.setup(*(f"http://{host}:{web_port}/oidc/callback/" for host in ("127.0.0.1", "localhost")))
+    password = secrets.token_urlsafe(12)
+    provider.user(SSO_PERSON, password, SSO_GROUP)
+    log = VAR / "demo-oidc.log"
+    try:
+        provider.start(log=log)
+    except RuntimeError as exc:
+        fail(str(exc), log)
+    children.procs.append(("oidc", provider.proc, provider.log_file))  # stopped with the others
+    os.environ["CDKD_OIDC_ISSUER"] = provider.issuer
+    os.environ["CDKD_OIDC_CLIENT_ID"] = CLIENT_ID
+    os.environ["CDKD_OIDC_CLIENT_SECRET_FILE"] = str(secret_file)  # a file: the secret stays out of `env`
+    os.environ.pop("CDKD_OIDC_CLIENT_SECRET", None)
+    os.environ.pop("CDKD_LOCAL_LOGIN", None)  # admin, olivia and arthur log in with passwords
+    return provider.issuer, password
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run the cdkd Admin demo.")
     parser.add_argument("--port", type=int, default=8000, help="web app port (another is picked if busy)")
     parser.add_argument("--moto-port", type=int, default=5077, help="moto server port (another is picked if busy)")
+    parser.add_argument(
+        "--oidc-port", type=int, default=5078, help="loopback OpenID provider port (another is picked if busy)"
+    )
     parser.add_argument(
         "--fakeredis", action="store_true", help="use the in-process fakeredis server even if a Redis answers"
     )
@@ -280,6 +348,18 @@ def main() -> None:
             say("  database   SQLite at var/demo.sqlite3")
         else:
             say("  database   DATABASE_URL")
+
+        # -- The demo's URL, the webhook receiver, single sign-on, the metrics token -----------
+        web_port = pick_port(args.port)
+        base_url = f"http://127.0.0.1:{web_port}"
+        os.environ["CDKD_BASE_URL"] = base_url  # the links in emails and webhook payloads
+        receiver_url = start_receiver(children)
+        say(f"  webhooks   receiver at {receiver_url}/ lists the payloads it gets (log: var/demo-receiver.log)")
+        os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+        issuer, sso_password = start_sso(children, web_port, args.oidc_port)
+        say(f"  SSO        loopback OpenID provider (django-oauth-toolkit) at {issuer} (log: var/demo-oidc.log)")
+        metrics_token = os.environ.get("CDKD_METRICS_TOKEN") or secrets.token_urlsafe(24)
+        os.environ["CDKD_METRICS_TOKEN"] = metrics_token
         env = dict(os.environ)
         env.setdefault("CDKD_SYNC_INTERVAL", "120")  # the worker re-syncs every two minutes
 
@@ -287,6 +367,7 @@ def main() -> None:
         from demo import (
             DEMO_ACCOUNTS,
             LEAK_ACCOUNT,
+            PRODUCTION,
             assumed_role_session,
             build_demo_world,
             plant_leaked_secrets,
@@ -353,6 +434,10 @@ def main() -> None:
             "        Membership.objects.update_or_create(user=user, account=account, defaults={'role': role})\n",
         )
         say(manage(env, "shell", "-v", "0", "-c", "from demo.notifications import seed; seed()").stdout.rstrip())
+        say(manage(env, "shell", "-v", "0", "-c", "from demo.sso import seed_rule; seed_rule()").stdout.rstrip())
+        # Shown once, on this console (the token page shows a person's own the same way).
+        made = manage(env, "shell", "-v", "0", "-c", "from demo.sso import seed_token; seed_token()")
+        api_token = made.stdout.strip().splitlines()[-1]
         sync = manage(env, "cdkd", "sync", "--json", check=False)
         try:
             rows = json.loads(sync.stdout)["accounts"]
@@ -385,19 +470,28 @@ def main() -> None:
                 fail(f"the worker exited with code {worker.returncode}", VAR / "demo-worker.log")
             say(f"  worker     {note} (log: var/demo-worker.log)")
         manage(env, "collectstatic", "--noinput", "-v", "0")
-        web_port = pick_port(args.port)
         web_log = VAR / "demo-web.log"
         # One process when the queues live in this process's fakeredis:// (no worker).
         workers = "1" if redis_url.startswith("fakeredis://") else "2"
         gunicorn = [PY, "-m", "gunicorn", "cdkd_site.wsgi", "--bind", f"127.0.0.1:{web_port}"]
         gunicorn += ["--workers", workers, "--threads", "4", "--access-logfile", "-"]
         web = children.start("web", gunicorn, web_log, env)
-        url = f"http://127.0.0.1:{web_port}/"
+        url = f"{base_url}/"
         wait_http(url, web, "the web app", web_log)
         say("  web app    gunicorn, DEBUG off (log: var/demo-web.log)")
         say()
         say(f"  Open {url}  and log in as  admin / {password}")
         say("  (olivia, an operator, and arthur, an approver, on every account: same password)")
+        say()
+        say(f"  Single sign-on   {base_url}/oidc/authenticate/  (or the login page's button), then at the provider:")
+        say(f"                   {SSO_PERSON} / {sso_password}  (in {SSO_GROUP}: approver on Production by a rule)")
+        say(f"  Webhooks         {receiver_url}/  lists every payload sent; the delivery log (as admin):")
+        say(f"                   {base_url}/accounts/{PRODUCTION.account_id}/settings/webhooks/")
+        say("  API              olivia's read-only token, shown only here:")
+        say(f'                   curl -H "Authorization: Bearer {api_token}" {base_url}/api/v1/stacks')
+        say(f"                   schema: {base_url}/api/schema/   make your own at {base_url}/tokens/")
+        say(f'  Metrics          curl -H "Authorization: Bearer {metrics_token}" {base_url}/metrics')
+        say(f"  Health           curl {base_url}/healthz")
         say("  Ctrl-C stops the demo.")
 
         # Stay up while the children do; say so if one of them dies.

@@ -9,6 +9,7 @@ engine.drift's report JSON, which never holds a masked position's value.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 
@@ -17,10 +18,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from engine.drift import DriftReport, check_stack
+from engine.drift import DRIFTED, DriftReport, check_stack
 from engine.errors import EngineError
 from engine.keys import KeyLayout
-from stacks.models import Account, DriftCheck, Stack
+from stacks import notify
+from stacks.models import Account, DriftCheck, EventKind, Stack
 from stacks.records import open_bucket
 
 logger = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ def record_check(
         DriftCheck.objects.filter(account=account, stack_name=stack_name, region=region, latest=True).update(
             latest=False
         )
-        return DriftCheck.objects.create(
+        check = DriftCheck.objects.create(
             account=account,
             stack=stack,
             stack_name=stack_name,
@@ -60,6 +62,51 @@ def record_check(
             error=error[:2000],
             latest=True,
         )
+        if check.drifted > 0:
+            notify_drift(check)
+        return check
+
+
+def drift_dedupe_key(check: DriftCheck) -> str:
+    """The same drift is told once: the same resources in the same state at the same paths,
+    on the same record version, since the stack was last seen in sync (a stack that drifts,
+    is put right and drifts the same way again is news again). Paths only, never values: the
+    key is stored in clear and a live value may be sensitive."""
+    in_sync = (
+        DriftCheck.objects.filter(
+            account=check.account, stack_name=check.stack_name, region=check.region, drifted=0, errors=0, error=""
+        )
+        .exclude(pk=check.pk)
+        .order_by("-checked_at", "-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    shape = sorted((r.get("logicalId", ""), r.get("status", ""), _paths(r)) for r in _drifted_rows(check))
+    text = repr((check.account_id, check.stack_name, check.region, check.record_etag, in_sync or 0, shape))
+    return "drift.found:" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _paths(row: dict) -> list[str]:
+    return sorted(str(d.get("path", "")) for d in row.get("differences") or [] if isinstance(d, dict))
+
+
+def _drifted_rows(check: DriftCheck) -> list[dict]:
+    return [r for r in check.resources if isinstance(r, dict) and r.get("status") in DRIFTED]
+
+
+def notify_drift(check: DriftCheck) -> None:
+    """drift.found, once per drift (see drift_dedupe_key), with the drifted logical ids."""
+    drifted = [str(r.get("logicalId", "")) for r in _drifted_rows(check)]
+    notify.emit(
+        EventKind.DRIFT_FOUND,
+        check.account,
+        dedupe=drift_dedupe_key(check),
+        stack=check.stack_name,
+        region=check.region,
+        drifted=check.drifted,
+        resources=drifted,
+        drift=check,
+    )
 
 
 def run_check(

@@ -25,9 +25,11 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from stacks import audit
 from stacks.access import has_role
 from stacks.models import (
     Account,
+    DriftCheck,
     EventKind,
     Lock,
     Membership,
@@ -120,6 +122,13 @@ def _scan_facts(run: ScanRun) -> dict[str, Any]:
     return {"scan": {"id": run.pk}, "url": absolute(reverse("scan_status", args=[run.pk]))}
 
 
+def _drift_facts(check: DriftCheck) -> dict[str, Any]:
+    # A drift check is only ever of a region-scoped record, so the region is the URL's slug.
+    stack_url = reverse("stack", args=[check.account.account_id, check.region, check.stack_name])
+    when = check.checked_at.isoformat(timespec="seconds")
+    return {"drift": {"id": check.pk, "checked_at": when}, "url": absolute(stack_url)}
+
+
 def clean_facts(facts: dict[str, Any]) -> dict[str, Any]:
     """The JSON facts of an event. Raises TypeError for a fact this module does not know:
     a new fact is added here, on purpose, never passed through."""
@@ -134,6 +143,8 @@ def clean_facts(facts: dict[str, Any]) -> dict[str, Any]:
             out.update(_lock_facts(value, now_ms))
         elif name == "scan" and isinstance(value, ScanRun):
             out.update(_scan_facts(value))
+        elif name == "drift" and isinstance(value, DriftCheck):
+            out.update(_drift_facts(value))
         elif name in _SCALAR_FACTS and isinstance(value, _SCALAR_FACTS[name]) and not isinstance(value, bool):
             out[name] = value[:MAX_TEXT] if isinstance(value, str) else value
         elif name in _LIST_FACTS and isinstance(value, list | tuple):
@@ -191,6 +202,33 @@ def fan_out(event_id: int) -> dict[str, int]:
 def subscribed_events(user, account: Account) -> list[str]:
     row = Subscription.objects.filter(user=user, account=account).only("events").first()
     return list(row.events) if row is not None else list(DEFAULT_EMAIL_EVENTS)
+
+
+def save_subscriptions(user, chosen: list[tuple[Account, list[str]]], *, client_address: str | None = None) -> int:
+    """Store a person's email choices per account, in one transaction; each account whose
+    choice changed gets a `subscription.changed` audit entry (before and after). Returns how
+    many changed."""
+    changed = 0
+    with transaction.atomic():
+        for account, events in chosen:
+            after = [k for k in EventKind.values if k in set(events)]
+            row = Subscription.objects.select_for_update().filter(user=user, account=account).first()
+            before = list(row.events) if row is not None else None
+            if before is not None and sorted(before) == sorted(after):
+                continue
+            Subscription.objects.update_or_create(user=user, account=account, defaults={"events": after})
+            audit.record(
+                "subscription.changed",
+                actor=user.get_username(),
+                actor_user=user,
+                account=account,
+                result="ok",
+                client_address=client_address,
+                # None: the person had the defaults until now.
+                details={"person": user.get_username(), "before": before, "after": after},
+            )
+            changed += 1
+    return changed
 
 
 def recipients(notice: NotificationEvent) -> list:

@@ -385,6 +385,7 @@ def cancel(user, op: Operation, *, client_address: str | None = None) -> Operati
             client_address=client_address,
             result="cancelled",
         )
+        notify.emit("operation.failed", op.account, operation=op, result=OperationStatus.CANCELLED)
     return op
 
 
@@ -658,6 +659,7 @@ def reap_abandoned(now=None) -> list[int]:
         if updated:
             reaped.append(op.pk)
             audit.record("operation.abandoned", actor="worker", operation=op, result="failed", error="worker stopped")
+            notify.emit("operation.failed", op.account, operation=Operation.objects.get(pk=op.pk), result="abandoned")
     return reaped
 
 

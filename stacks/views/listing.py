@@ -43,6 +43,7 @@ from stacks.models import (
     Account,
     DeploymentRun,
     LockState,
+    Membership,
     Resource,
     Role,
     SecretFinding,
@@ -149,8 +150,9 @@ def filter_stacks(stacks: QuerySet[Stack], filters: dict, at_ms: int, sort: str 
 
 
 def account_cards(user) -> list[Account]:
-    """The accounts header of the stacks page (also sent out of band when a sync ends)."""
-    return list(
+    """The accounts header of the stacks page (also sent out of band when a sync ends), each
+    with the person's role there and whether a group rule gave it (`stacks.grouproles`)."""
+    cards = list(
         accounts_for(user)
         .annotate(
             stack_count=Count("stacks", distinct=True),
@@ -158,6 +160,12 @@ def account_cards(user) -> list[Account]:
         )
         .order_by("name", "account_id")
     )
+    rows = {m.account_id: m for m in Membership.objects.filter(user=user)}
+    for card in cards:
+        row = rows.get(card.pk)
+        card.your_role = row.get_role_display() if row else ("Admin (superuser)" if user.is_superuser else "")
+        card.role_by_rule = bool(row and row.rule_role == row.role and row.manual_role != row.role)
+    return cards
 
 
 def describe_sync(run: SyncRun | None) -> SyncRun | None:

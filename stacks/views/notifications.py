@@ -7,7 +7,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -168,11 +167,8 @@ def notification_settings(request: AuthedRequest) -> HttpResponse:
         if not all(r["form"].is_valid() for r in rows):
             messages.error(request, "Nothing was saved: choose among the events offered.")
             return render(request, "stacks/notification_settings.html", {"rows": rows}, status=400)
-        with transaction.atomic():
-            for r in rows:
-                Subscription.objects.update_or_create(
-                    user=user, account=r["account"], defaults={"events": list(r["form"].cleaned_data["events"])}
-                )
+        chosen = [(r["account"], list(r["form"].cleaned_data["events"])) for r in rows]
+        notify.save_subscriptions(user, chosen, client_address=client_ip(request))
         messages.success(request, "Saved your email notifications.")
         return redirect("notification_settings")
     return render(request, "stacks/notification_settings.html", {"rows": rows, "defaults": notify.DEFAULT_EMAIL_EVENTS})

@@ -1,5 +1,6 @@
 """Events found by the background work: a lock stale past CDKD_LOCK_STALE_SECONDS (the sync
-sees its age) and new secret findings (the scan pipeline), against moto with a real
+sees its age), new secret findings (the scan pipeline) and drift (a real drift check of a
+stack the engine deployed to moto, changed out of band), against moto with a real
 receiver. The secret-finding payloads are checked for every planted secret value."""
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import pytest
 from django.core import mail
 
 from cdkd_site.queues import get_queue
+from engine.backend import StateBucket
+from engine.deploy.run import Deployer, RetryPolicy
+from engine.keys import KeyLayout
+from engine.operations import Context
 from stacks import scans, webhooks
+from stacks.drift import run_check
 from stacks.models import Account, Membership, NotificationEvent, Role, Subscription, WebhookDelivery
 from stacks.sync import sync_account
 from tests.notify.conftest import verify, work
@@ -111,3 +117,110 @@ def test_it_reports_new_secret_findings_without_any_secret_value(aws, settings, 
     scans.request_scan(folks["olivia"], prod)
     work(sync)
     assert NotificationEvent.objects.filter(kind="secrets.found").count() == 1
+
+
+DRIFT_TEMPLATE = {
+    "Resources": {
+        "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"VisibilityTimeout": 45}},
+        "Topic": {"Type": "AWS::SNS::Topic", "Properties": {"DisplayName": "drift"}},
+    }
+}
+
+
+@pytest.fixture
+def drifting(aws, settings, django_user_model):
+    """DriftStack deployed by the engine into moto (a queue and a topic), the account synced,
+    a member who subscribed to drift.found by email."""
+    settings.CDKD_LOCK_STALE_SECONDS = 0
+    settings.CDKD_BASE_URL = "https://cdkd.example.com"
+    aws.make_bucket(A1, BUCKET)
+    bucket = StateBucket.open(aws.access(A1), actor="alice", bucket=BUCKET, region="us-east-1")
+    ctx = Context(
+        bucket=bucket,
+        layout=KeyLayout(),
+        stack="DriftStack",
+        region="us-east-1",
+        params={},
+        operation_id="op-1",
+        person="alice",
+    )
+    result = Deployer(retry=RetryPolicy(scale=0.0)).deploy(ctx, json.loads(json.dumps(DRIFT_TEMPLATE)), account=A1)
+    assert result.result == "succeeded"
+    account = Account.objects.create(account_id=A1, name="prod", role_arn=f"arn:aws:iam::{A1}:role/cdkd-admin")
+    sync_account(account)
+    vic = django_user_model.objects.create_user("vic", email="vic@example.com")
+    Membership.objects.create(user=vic, account=account, role=Role.VIEWER)
+    Subscription.objects.create(user=vic, account=account, events=["drift.found"])
+    record = json.loads(aws.get(A1, BUCKET, "cdkd/DriftStack/us-east-1/state.json"))
+    session = aws.account_session(A1)
+    aws.sqs = session.client("sqs", region_name="us-east-1", endpoint_url=aws.moto.url)
+    aws.queue_url = record["resources"]["Queue"]["physicalId"]
+    return account
+
+
+def check(account):
+    stored, _report = run_check(account, "DriftStack", "us-east-1", actor="drift-schedule", trigger="schedule")
+    return stored
+
+
+def visibility(aws, seconds: int) -> None:
+    aws.sqs.set_queue_attributes(QueueUrl=aws.queue_url, Attributes={"VisibilityTimeout": str(seconds)})
+
+
+def test_it_reports_drift_once_with_a_link_and_again_after_it_was_put_right(aws, drifting, receiver, notify_queue):
+    add_hook(drifting, receiver, ["drift.found"])
+    assert check(drifting).drifted == 0
+    assert not NotificationEvent.objects.exists()  # in sync is no news
+
+    visibility(aws, 99)
+    first = check(drifting)
+    again = check(drifting)  # the scheduled check finds the same drift: not news
+    work(notify_queue)
+
+    assert first.drifted == again.drifted == 1
+    [event] = NotificationEvent.objects.filter(kind="drift.found")
+    assert event.facts == {
+        "stack": "DriftStack",
+        "region": "us-east-1",
+        "drifted": 1,
+        "resources": ["Queue"],
+        "drift": {"id": first.pk, "checked_at": first.checked_at.isoformat(timespec="seconds")},
+        "url": f"https://cdkd.example.com/stacks/{A1}/us-east-1/DriftStack/",
+    }
+    [got] = receiver.requests
+    assert got.headers["X-Cdkd-Event"] == "drift.found"
+    assert verify(SECRET.encode(), got.headers["X-Cdkd-Signature"], got.body)
+    body = json.loads(got.body)
+    assert body["text"] == "Drift found: 1 resource(s) of DriftStack (us-east-1) on prod"
+    assert body["data"]["url"] == "https://cdkd.example.com/stacks/111111111111/us-east-1/DriftStack/"
+    assert "99" not in got.body.decode() and "VisibilityTimeout" not in got.body.decode()  # no live values or paths
+    [email] = mail.outbox
+    assert email.to == ["vic@example.com"] and email.subject == "[cdkd] " + body["text"]
+    assert "Open it: https://cdkd.example.com/stacks/111111111111/us-east-1/DriftStack/" in email.body
+
+    # Put right, then the same drift again: news again.
+    visibility(aws, 45)
+    assert check(drifting).drifted == 0
+    visibility(aws, 99)
+    check(drifting)
+    assert NotificationEvent.objects.filter(kind="drift.found").count() == 2
+
+
+def test_it_reports_a_changed_drift_as_new_drift(aws, drifting, notify_queue):
+    visibility(aws, 99)
+    check(drifting)
+    visibility(aws, 120)  # the same path with another live value: the same drift
+    check(drifting)
+    assert NotificationEvent.objects.filter(kind="drift.found").count() == 1
+
+    aws.account_session(A1).client("sns", region_name="us-east-1", endpoint_url=aws.moto.url).delete_topic(
+        TopicArn=json.loads(aws.get(A1, BUCKET, "cdkd/DriftStack/us-east-1/state.json"))["resources"]["Topic"][
+            "physicalId"
+        ]
+    )
+    grown = check(drifting)
+
+    assert grown.drifted == 2
+    events = list(NotificationEvent.objects.filter(kind="drift.found").order_by("id"))
+    assert [e.facts["resources"] for e in events] == [["Queue"], ["Queue", "Topic"]]
+    assert events[1].facts["drifted"] == 2

@@ -2,18 +2,25 @@
 approved or rejected and run against moto (the real engine spec, a real worker queue), the
 notifications fanned out by the notify queue's job, emails caught by Django's locmem
 backend. Who gets what: approval requests to that account's approvers only, decisions to
-the requester, the rest to those who subscribed; roles as they are when the email goes."""
+the requester, the rest to those who subscribed; roles as they are when the email goes. A
+request cancelled before it ran and an operation whose worker died are told too, and a
+person's change of their email subscriptions is in the audit log."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from django.core import mail
 from django.db import transaction
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
 
 from cdkd_site.queues import get_queue
 from stacks import notify
-from stacks.models import Account, Membership, NotificationEvent, Operation, Role, Subscription
-from stacks.operations import decide, request_operation
+from stacks.models import Account, AuditEvent, Membership, NotificationEvent, Operation, Role, Subscription
+from stacks.operations import cancel, decide, reap_abandoned, request_operation
 from stacks.sync import sync_account
 from tests.notify.conftest import work
 
@@ -150,3 +157,62 @@ def test_it_refuses_an_unknown_kind_or_fact(world):
     with pytest.raises(TypeError, match="error=str"):
         notify.emit("operation.failed", world["prod"], error="AccessDenied for secret x")
     assert not NotificationEvent.objects.exists()
+
+
+def test_it_tells_subscribers_of_a_request_cancelled_before_it_ran(world):
+    people = world["people"]
+    Subscription.objects.create(user=people["vic"], account=world["prod"], events=["operation.failed"])
+    op = unlock(world)
+    work(world["notify"])
+    mail.outbox.clear()
+
+    cancel(people["olivia"], op)
+    work(world["notify"])
+
+    assert Operation.objects.get(pk=op.pk).status == "cancelled"
+    assert sent() == [("vic@example.com", "[cdkd] Cancelled: force-unlock of Shop (us-east-1) on prod")]
+    event = NotificationEvent.objects.get(kind="operation.failed")
+    assert event.facts["result"] == "cancelled" and event.facts["operation"]["status"] == "cancelled"
+    assert f"http://localhost:8000/operations/{op.pk}/" in mail.outbox[0].body
+
+
+def test_it_tells_subscribers_of_an_operation_its_dead_worker_abandoned(world):
+    people = world["people"]
+    Subscription.objects.create(user=people["vic"], account=world["prod"], events=["operation.failed"])
+    op = unlock(world)
+    decide(people["arthur"], op, approve=True)
+    work(world["notify"])
+    mail.outbox.clear()
+    # A worker claimed it and died: running, its last heartbeat long ago (nothing ran it here).
+    long_ago = timezone.now() - timedelta(hours=1)
+    Operation.objects.filter(pk=op.pk).update(status="running", started_at=long_ago, heartbeat_at=long_ago)
+
+    assert reap_abandoned() == [op.pk]
+    assert reap_abandoned() == []  # reaped once, told once
+    work(world["notify"])
+
+    assert sent() == [("vic@example.com", "[cdkd] Abandoned: force-unlock of Shop (us-east-1) on prod")]
+    [event] = NotificationEvent.objects.filter(kind="operation.failed")
+    assert event.facts["result"] == "abandoned" and event.facts["operation"]["status"] == "failed"
+
+
+def test_it_audits_a_persons_change_of_their_email_subscriptions(world):
+    vic = world["people"]["vic"]
+    client = Client()
+    client.force_login(vic)
+    url = reverse("notification_settings")
+
+    assert client.post(url, {f"a{A1}-events": ["lock.stale", "drift.found"]}).status_code == 302
+    assert client.post(url, {f"a{A1}-events": ["drift.found", "lock.stale"]}).status_code == 302  # the same again
+    assert client.post(url, {f"a{A1}-events": []}).status_code == 302
+
+    rows = list(AuditEvent.objects.filter(action="subscription.changed").order_by("id"))
+    assert [(r.actor, r.account_ref, r.result) for r in rows] == [("vic", A1, "ok"), ("vic", A1, "ok")]
+    assert rows[0].details == {"person": "vic", "before": None, "after": ["drift.found", "lock.stale"]}
+    assert rows[1].details == {"person": "vic", "before": ["drift.found", "lock.stale"], "after": []}
+    assert rows[0].client_address == "127.0.0.1" and rows[0].actor_user_id == vic.pk
+    assert Subscription.objects.get(user=vic).events == []
+
+    refused = client.post(url, {f"a{A1}-events": ["approval.requested"]})  # vic approves nothing
+    assert refused.status_code == 400
+    assert AuditEvent.objects.filter(action="subscription.changed").count() == 2

@@ -1,7 +1,7 @@
 """Single sign-on tests against a real OpenID provider: django-oauth-toolkit in its own
-process on loopback (tests/support/oidc_provider), with an RS256 key made at start. The
-app side is driven with the Django test client; the provider side (its login form, its
-redirects) with `requests`, exactly as a browser would follow them."""
+process on loopback (demo/oidc_provider, which the demo runs too), with an RS256 key made at
+start. The app side is driven with the Django test client; the provider side (its login
+form, its redirects) with `requests`, exactly as a browser would follow them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from demo.oidc_provider.process import CLIENT_ID, OidcProvider
 from stacks.sso import forget_discovery
-from tests.support.oidc_provider.process import CLIENT_ID, OidcProvider
 
 PASSWORD = "provider-pw"
 

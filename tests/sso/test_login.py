@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
+from demo.oidc_provider.process import OidcProvider
 from stacks.access import role_on
 from stacks.models import AuditEvent, GroupRoleRule, Membership, SsoIdentity
 from tests.sso.conftest import PASSWORD, configure, sso_login
-from tests.support.oidc_provider.process import OidcProvider
 from tests.views.conftest import make_account
 
 pytestmark = pytest.mark.django_db

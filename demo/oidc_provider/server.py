@@ -1,4 +1,5 @@
-"""Run the test provider: `python server.py setup` (tables, the client, nobody yet),
+"""Run the loopback provider: `python server.py setup SECRET REDIRECT_URIS` (tables, the
+client with its space-separated redirect URIs, nobody yet),
 `python server.py user NAME PASSWORD [GROUP ...]` (create or set a person's groups), and
 `python server.py serve PORT` (a threaded WSGI server on 127.0.0.1). The environment names
 the database, key and issuer (see settings.py)."""
@@ -11,8 +12,8 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-os.environ["DJANGO_SETTINGS_MODULE"] = "tests.support.oidc_provider.settings"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ["DJANGO_SETTINGS_MODULE"] = "demo.oidc_provider.settings"
 
 import django  # noqa: E402
 
