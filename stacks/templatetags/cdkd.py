@@ -92,7 +92,7 @@ def code_spans(value: Any, autoescape: bool = True) -> str:
     def span(match: re.Match[str]) -> str:
         inner = match.group(1)
         copy = ""
-        if inner.startswith(("python manage.py ", "cdkd ")):
+        if inner.startswith(("python manage.py ", "cdkd ")) and "&lt;" not in inner:  # not a <placeholder>
             copy = f' <button type="button" class="copy" data-copy value="{inner}" title="Copy">copy</button>'
         return f"<code>{inner}</code>{copy}"
 

@@ -182,3 +182,4 @@ def test_it_shows_backticked_advice_as_code_with_a_copy_button_and_escapes_the_r
     )
     assert 'data-copy value="python manage.py cdkd state orphan &quot;A&quot; --yes"' in html
     assert "<code>resources</code>" in html and html.count("data-copy") == 1 and "`" not in html
+    assert "data-copy" not in code_spans("run `cdkd orphan <constructPath>` first")  # a placeholder, not a command
