@@ -36,29 +36,23 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()
 
-    from tests.support.motoserver import MotoServer
-    from tests.support.s3proxy import S3Proxy
+    from bench.harness import moto_world
 
-    moto = MotoServer().start()
-    proxy = S3Proxy(moto.url, latency=0.0).start()
-    os.environ.update(
-        AWS_ENDPOINT_URL=moto.url,
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    work = Path(tempfile.mkdtemp(prefix="deploy-bench-"))
-    try:
-        run(args, proxy, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        proxy.stop()
-        moto.stop()
+    with moto_world() as proxy:
+        work = Path(tempfile.mkdtemp(prefix="deploy-bench-"))
+        try:
+            run(args, proxy, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
-def app(args, work: Path) -> str:
-    out = work / "cdk.out"
+def app(args, work: Path, region: str) -> str:
+    """The golden app with only the bench's queues and topics, synthesized for `region` (the
+    engine refuses to deploy an assembly into a region it was not synthesized for)."""
+    out = work / region / "cdk.out"
     shutil.copytree(GOLDEN, out)
+    manifest = out / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(f"aws://{ACCOUNT}/us-east-1", f"aws://{ACCOUNT}/{region}"))
     resources = {f"Queue{i:03d}": {"Type": "AWS::SQS::Queue"} for i in range(args.queues)}
     resources |= {f"Topic{i:03d}": {"Type": "AWS::SNS::Topic"} for i in range(args.topics)}
     (out / "GoldenCdkStack.template.json").write_text(json.dumps({"Resources": resources}))
@@ -66,19 +60,9 @@ def app(args, work: Path) -> str:
 
 
 def seed() -> None:
-    import boto3
+    from bench.harness import account_session, versioned_bucket
 
-    sts = boto3.client("sts", region_name="us-east-1")
-    creds = sts.assume_role(RoleArn=f"arn:aws:iam::{ACCOUNT}:role/cdkd-admin", RoleSessionName="bench")["Credentials"]
-    s3 = boto3.client(
-        "s3",
-        region_name="us-east-1",
-        aws_access_key_id=creds["AccessKeyId"],
-        aws_secret_access_key=creds["SecretAccessKey"],
-        aws_session_token=creds["SessionToken"],
-    )
-    s3.create_bucket(Bucket=BUCKET)
-    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    versioned_bucket(account_session(ACCOUNT), BUCKET)
 
 
 def run(args, proxy, work: Path) -> None:
@@ -94,7 +78,6 @@ def run(args, proxy, work: Path) -> None:
     access = AccountAccess(account_id=ACCOUNT, role_arn=f"arn:aws:iam::{ACCOUNT}:role/cdkd-admin")
     bucket = StateBucket.open(access, actor="bench")
     spec = spec_for("deploy")
-    path = app(args, work)
     total = args.queues + args.topics
     figures = {}
     for region, concurrency in (("us-east-1", 10), ("us-west-2", 1)):
@@ -103,7 +86,7 @@ def run(args, proxy, work: Path) -> None:
             layout=KeyLayout("cdkd"),
             stack="GoldenCdkStack",
             region=region,
-            params={"account": ACCOUNT, "app": path, "concurrency": concurrency},
+            params={"account": ACCOUNT, "app": app(args, work, region), "concurrency": concurrency},
             operation_id=f"bench-{concurrency}",
             person="bench",
         )

@@ -31,38 +31,18 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=25.0)
     args = parser.parse_args()
 
-    from tests.support.motoserver import MotoServer
-    from tests.support.s3proxy import S3Proxy
+    from bench.harness import moto_world
 
-    moto = MotoServer().start()
-    proxy = S3Proxy(moto.url, latency=0.0).start()
-    os.environ.update(
-        AWS_ENDPOINT_URL=moto.url,
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    try:
+    with moto_world() as proxy:
         run(args, proxy)
-    finally:
-        proxy.stop()
-        moto.stop()
 
 
 def seed(args) -> None:
-    import boto3
+    from bench.harness import account_session, versioned_bucket
 
-    sts = boto3.client("sts", region_name="us-east-1")
-    creds = sts.assume_role(RoleArn=f"arn:aws:iam::{ACCOUNT}:role/cdkd-admin", RoleSessionName="bench")["Credentials"]
-    session = boto3.Session(
-        aws_access_key_id=creds["AccessKeyId"],
-        aws_secret_access_key=creds["SecretAccessKey"],
-        aws_session_token=creds["SessionToken"],
-        region_name="us-east-1",
-    )
+    session = account_session(ACCOUNT)
+    versioned_bucket(session, BUCKET)
     s3, sqs = session.client("s3"), session.client("sqs")
-    s3.create_bucket(Bucket=BUCKET)
-    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
     for stack in ("Serial", "Parallel"):
         names = [f"{stack.lower()}-q{i:03d}" for i in range(args.queues)]
         with ThreadPoolExecutor(16) as pool:
