@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.paginator import EmptyPage, Paginator
 from django.http import Http404, HttpRequest
 from ninja import Status
@@ -37,10 +37,15 @@ class ApiError(Exception):
 def as_api_error(exc: Exception) -> ApiError | None:
     """The refusals the pipeline and the access checks raise, as the status each means:
     404 an account, stack or operation this person may not see; 403 a role too low; 409
-    refused by the pipeline now (state, four-eyes, a predicted refusal); 502 AWS failed
+    refused by the pipeline now (state, four-eyes, a predicted refusal); 400/413 a request
+    Django refuses to read (too many fields, too big); 502 AWS failed
     (a denied bucket is not the caller's fault, as on the pages)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, RequestDataTooBig):
+        return ApiError(413, "The request body is too big.")
+    if isinstance(exc, SuspiciousOperation):  # too many fields or files, a malformed multipart body
+        return ApiError(400, f"The request cannot be read: {exc}")
     if isinstance(exc, Http404):
         return ApiError(404, str(exc) or "Not found.")
     if isinstance(exc, PermissionDenied):
@@ -120,7 +125,7 @@ def mutation(request: HttpRequest, action: str, work: Callable[[], tuple[int, An
     Called inside the route rather than as a decorator: django-ninja reads a route's
     signature from the function itself, and authenticates only after its own wrappers."""
     if token_of(request).read_only:
-        message = "This token is read-only: it cannot request, approve, reject or cancel anything."
+        message = "This token is read-only: it cannot plan, request, approve, reject or cancel anything."
         _audit_call(request, action, status=403, error=message)
         raise ApiError(403, message)
     try:

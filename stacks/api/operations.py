@@ -143,8 +143,10 @@ def get_operation(request, op_id: int = OpId):
 def _form_data(body: OperationRequestIn) -> dict[str, Any]:
     data: dict[str, Any] = body.params.dict()
     data["resources"] = list(data["resources"])
-    if data["concurrency"] is None:
-        data.pop("concurrency")
+    data["orphan"] = " ".join(data["orphan"])  # the form's field is text, as cdkd's repeated --orphan
+    for optional in ("concurrency", "keep", "older_than_days"):
+        if data[optional] is None:
+            data.pop(optional)
     data["reason"] = body.reason
     return data
 

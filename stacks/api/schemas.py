@@ -16,7 +16,22 @@ ACCOUNT_PATTERN = r"^\d{12}$"
 AccountId = Field(..., pattern=ACCOUNT_PATTERN, description="The 12-digit AWS account id")
 RoleName = Literal["viewer", "operator", "approver", "admin"]
 LockStateName = Literal["none", "live", "expired", "unreadable"]
-WebKind = Literal["force-unlock", "orphan", "orphan-resources", "restore", "destroy", "scrub"]
+# The kinds a stack's pages request (stacks.forms.WEB_KINDS; a test keeps the two equal).
+# A deploy is requested from its plan (`/deploy-plans/{id}/request`), state migrate from
+# its account (`/accounts/{id}/state-migrate`).
+WebKind = Literal[
+    "force-unlock",
+    "orphan",
+    "orphan-resources",
+    "restore",
+    "destroy",
+    "scrub",
+    "refresh-observed",
+    "drift-accept",
+    "drift-revert",
+    "rollback",
+    "events-prune",
+]
 
 
 # A path segment the database can hold: no NUL (PostgreSQL text refuses it).
@@ -158,11 +173,21 @@ class OperationParamsIn(Input):
     version_id: str = Field("", max_length=1024, description="restore: the S3 version id")
     concurrency: int | None = Field(None, ge=1, le=64, description="destroy: deletes at once")
     confirm_name: str = Field("", max_length=1024, description="destroy: the stack's name, typed to confirm")
+    skip_final_snapshot: bool = Field(False, description="destroy: no final snapshot (cdkd's --skip-final-snapshot)")
+    remove_protection: bool = Field(False, description="destroy: lift deletion protection (--remove-protection)")
     purge_history: bool = Field(False, description="scrub: delete the old versions of rewritten records")
     confirm_purge: bool = Field(False, description="scrub: confirm purge_history (it cannot be undone)")
     keep_history: bool = Field(False, description="scrub: keep the old versions")
     allow_replacement: bool = Field(False, description="scrub: consent to the replacements cdkd's next diff predicts")
     assembly: str = Field("", pattern=r"^([0-9a-f]{64})?$", description="scrub: a stored assembly's digest")
+    revert_failed: bool = Field(False, description="rollback: revert the failed operations too (--revert-failed)")
+    orphan: list[str] = Field(
+        default_factory=list, max_length=1000, description="rollback: logical ids to leave in AWS (--orphan)"
+    )
+    keep: int | None = Field(None, ge=0, le=100_000, description="events-prune: keep the newest N runs (--keep)")
+    older_than_days: int | None = Field(
+        None, ge=1, le=36_500, description="events-prune: only runs older than this (--older-than)"
+    )
 
 
 class OperationRequestIn(Input):
@@ -272,3 +297,55 @@ class RunPage(PageOut):
 
 class RunDetailOut(RunOut):
     events: list[dict[str, Any]] = Field(..., description="The run's events as stored, credential shapes masked")
+
+
+# --- deploy plans and account operations ----------------------------------------------------
+
+
+class DeployPlanIn(Input):
+    """The Plan-a-deploy form's fields, sent as multipart/form-data beside the zip."""
+
+    assembly: str = Field(
+        "", pattern=r"^([0-9a-f]{64})?$", description="A stored assembly's digest, instead of uploading a zip"
+    )
+    stack: str = Field("", max_length=1024, description="The stack of the assembly (needed when it holds several)")
+    region: str = Field(
+        "", pattern=r"^([a-z]{2}(-[a-z]+)+-\d{1,2})?$", description="For a stack whose environment pins none"
+    )
+    parameters: list[str] = Field(
+        default_factory=list, max_length=200, description="KEY=VALUE parameter overrides (cdkd's --parameters)"
+    )
+    recursive: bool = Field(False, description="Include nested stacks")
+
+
+class DeployPlanOut(Schema):
+    id: int
+    account_id: str
+    stack_name: str
+    region: str
+    state_key: str
+    state_etag: str = Field(..., description="The record's ETag the plan read (empty: no record yet)")
+    digest: str = Field(..., description="The plan's digest: the approval binds to it")
+    assembly_digest: str
+    has_changes: bool
+    blocking: list[str] = Field(..., description="Why the deploy would refuse to run, once each")
+    needs_consent: bool = Field(..., description="Requesting it needs stateful_consent (a stateful replacement)")
+    requestable: bool = Field(..., description="Nothing but a consent stands between this plan and a request")
+    parameters: dict[str, str] = Field(..., description="The overrides; a secret-named one masked")
+    created_by: str
+    created_at: datetime
+    document: dict[str, Any] = Field(..., description="The plan as `cdkd diff --json` prints it, masked")
+
+
+class DeployRequestIn(Input):
+    reason: str = Field("", max_length=1000, description="Why: shown to approvers and kept in the audit")
+    stateful_consent: bool = Field(
+        False, description="Accept that the stateful replacements delete the old resources and their data"
+    )
+
+
+class StateMigrateIn(Input):
+    region: str = Field("", max_length=32, description="The region in the legacy bucket's name (default: where found)")
+    remove_legacy: bool = Field(False, description="Remove the legacy bucket after the verified copy")
+    confirm_remove: bool = Field(False, description="Confirm remove_legacy (it cannot be undone)")
+    reason: str = Field("", max_length=500, description="Why: shown to approvers and kept in the audit")

@@ -18,27 +18,20 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.defaultfilters import filesizeformat
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from engine.deploy.assembly import Assembly as AssemblyFiles
 from engine.deploy.assembly import AssemblyError
 from engine.deploy.intrinsics import ParameterError, parse_overrides
-from engine.deploy.plan import StackPlan
-from engine.deploy.render import walk
-from engine.deploy.run import STATEFUL_CONSENT
 from engine.errors import EngineError
 from engine.masking import MASK
 from engine.operations import OperationRefused
 from engine.secrets import secret_name
-from stacks import actions, deployplan, operations
+from stacks import actions, deploynew
 from stacks.access import get_account_or_404, get_stack_or_404, has_role, role_on
 from stacks.audit import client_ip
-from stacks.models import Account, Assembly, DeployPlan, OperationKind, Role, Stack
-from stacks.secretmask import flagged_paths
+from stacks.models import Account, DeployPlan, OperationKind, Role, Stack
 from stacks.views.common import AuthedRequest, actor
 from stacks.views.plan_present import plan_nodes, record_notice
 
@@ -65,20 +58,6 @@ class PlanForm(forms.Form):
             return parse_overrides(lines)
         except ParameterError as exc:
             raise forms.ValidationError(str(exc)) from None
-
-
-class Refused(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-def _visible_assemblies(request: AuthedRequest, account: Account):
-    """Assemblies this person uploaded, or that a plan on this account used: another
-    team's templates are not theirs to browse."""
-    query = Assembly.objects.filter(Q(uploaded_by=request.user) | Q(plans__account=account)).distinct()
-    return query.order_by("-created_at", "-id")
 
 
 def _refuse(request: AuthedRequest, message: str, status: int) -> HttpResponse:
@@ -111,7 +90,7 @@ def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> 
         "account": account,
         "stack": stack,
         "form": form,
-        "stored": _visible_assemblies(request, account)[:RECENT_ASSEMBLIES],
+        "stored": deploynew.visible_assemblies(request.user, account)[:RECENT_ASSEMBLIES],
         "limit": settings.CDKD_ASSEMBLY_MAX_BYTES,
     }
     if request.method != "POST":
@@ -119,31 +98,21 @@ def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> 
     if not form.is_valid():
         context["error"] = " ".join(e for errors in form.errors.values() for e in errors)
         return render(request, "stacks/plan_new.html", context, status=400)
+    data = form.cleaned_data
     try:
-        row, files = _assembly(request, form, account)
-        if not files.stacks:
-            raise Refused("The assembly holds no stack (no aws:cloudformation:stack artifact in its manifest).")
-        name = stack.stack_name if stack else form.cleaned_data["stack"].strip()
-        if not name and len(files.stacks) == 1:
-            name = files.stacks[0].stack_name
-        if not name:
-            # Stored now, so the second step only chooses the stack.
-            context["picked"] = row or _store(request, form, files)
-            context["choices"] = [s.stack_name for s in files.stacks]
-            return render(request, "stacks/plan_new.html", context)
-        region = (stack.region if stack else form.cleaned_data["region"].strip()) or None
-        (plan,) = deployplan.plan_assembly(
+        result = deploynew.make_plan(
+            request.user,
             account,
-            files,
-            [name],
+            stack,
+            upload=data["assembly_file"],
+            digest=data["assembly"],
+            name=data["stack"],
+            region=data["region"],
+            overrides=data["parameters"],
+            recursive=data["recursive"],
             actor=actor(request),
-            stack_region=region,
-            overrides=form.cleaned_data["parameters"],
-            recursive=form.cleaned_data["recursive"],
         )
-        if stack is not None and plan.plan["stateKey"] != stack.key:
-            raise Refused(f"the assembly's {name} plans {plan.plan['stateKey']}, not this stack's {stack.key}")
-    except Refused as exc:
+    except deploynew.Refused as exc:
         context["error"] = exc.message
         return render(request, "stacks/plan_new.html", context, status=exc.status)
     except (AssemblyError, ParameterError) as exc:
@@ -152,72 +121,10 @@ def _plan_new(request: AuthedRequest, account: Account, stack: Stack | None) -> 
     except EngineError as exc:
         context["error"] = f"S3 could not be read: {exc}"
         return render(request, "stacks/plan_new.html", context, status=502)
-    row = row or _store(request, form, files)
-    saved = _save(request, account, row, plan, form.cleaned_data)
-    return redirect("deploy_plan", plan_id=saved.pk)
-
-
-def _assembly(request: AuthedRequest, form: PlanForm, account: Account) -> tuple[Assembly | None, AssemblyFiles]:
-    """The stored row (None for a new upload, stored once it is used) and the files."""
-    upload = form.cleaned_data["assembly_file"]
-    limit = settings.CDKD_ASSEMBLY_MAX_BYTES
-    if upload is not None:
-        if upload.size > limit:
-            raise Refused(
-                f"{upload.name} is {filesizeformat(upload.size)}, over the limit of {filesizeformat(limit)}", 413
-            )
-        data = upload.read(limit + 1)
-        return None, deployplan.read_upload(data, name=upload.name or "assembly.zip")
-    digest = form.cleaned_data["assembly"].strip()
-    if not digest:
-        raise Refused("Upload a zip of a synthesized cdk.out, or pick an assembly already stored.")
-    row = _visible_assemblies(request, account).filter(digest=digest).first()
-    if row is None:
-        raise Refused("No stored assembly with that digest is available to you.", 404)
-    return row, deployplan.load_stored(row)
-
-
-def _store(request: AuthedRequest, form: PlanForm, files: AssemblyFiles) -> Assembly:
-    upload = form.cleaned_data["assembly_file"]
-    return deployplan.store_assembly(files, user=request.user, name=getattr(upload, "name", "") or "")
-
-
-def _known_secrets(account: Account, plan: StackPlan) -> list[str]:
-    """Values the secret scan flagged in the records this plan read (to mask them
-    wherever they appear in the plan)."""
-    known: list[str] = []
-    for node in walk([plan]):
-        stack = Stack.objects.filter(account=account, key=node.plan.get("stateKey") or "").first()
-        if stack is None:
-            continue
-        paths = flagged_paths(stack, None)
-        if paths:
-            try:
-                data = json.loads(bytes(stack.body))
-            except ValueError:
-                continue
-            known.extend(deployplan.flagged_values(data, paths))
-    return known
-
-
-def _save(request: AuthedRequest, account: Account, row: Assembly, plan: StackPlan, data: dict) -> DeployPlan:
-    document = deployplan.mask_plan_document(plan.json_node(with_plan=True), known=_known_secrets(account, plan))
-    return DeployPlan.objects.create(
-        account=account,
-        stack_name=plan.stack,
-        region=plan.region,
-        assembly=row,
-        document=document,
-        digest=plan.plan["digest"],
-        state_key=plan.plan.get("stateKey") or "",
-        state_etag=plan.plan.get("stateEtag") or "",
-        state_version_id=plan.plan.get("stateVersionId") or "",
-        parameters=data["parameters"],
-        recursive=data["recursive"],
-        has_changes=plan.has_changes,
-        blocking_count=len({r for p in walk([plan]) for r in p.blocking}),
-        created_by=request.user,
-    )
+    if isinstance(result, deploynew.Choice):
+        context["picked"], context["choices"] = result.assembly, result.stacks
+        return render(request, "stacks/plan_new.html", context)
+    return redirect("deploy_plan", plan_id=result.pk)
 
 
 # --- the plan page --------------------------------------------------------------------------
@@ -230,15 +137,10 @@ def _load_plan(request: AuthedRequest, plan_id: int) -> DeployPlan:
     return plan
 
 
-def _shown_document(plan: DeployPlan) -> dict[str, Any]:
-    """The stored (masked) document, masked again with what the scan flags today."""
-    return deployplan.mask_plan_document(plan.document)
-
-
 @require_GET
 def deploy_plan(request: AuthedRequest, plan_id: int) -> HttpResponse:
     plan = _load_plan(request, plan_id)
-    document = _shown_document(plan)
+    document = deploynew.shown_document(plan)
     nodes = plan_nodes(document)
     parameters = {k: (MASK if secret_name(k) else v) for k, v in (plan.parameters or {}).items()}
     mirror = Stack.objects.filter(account=plan.account, key=plan.state_key).first()
@@ -254,8 +156,8 @@ def deploy_plan(request: AuthedRequest, plan_id: int) -> HttpResponse:
         "blocking": list(dict.fromkeys(r for n in nodes for r in n.blocking)),
     }
     # only a stateful replacement (which an explicit consent lifts) may stand between it and a request
-    context["can_request"] = context["can_plan"] and all(b.endswith(STATEFUL_CONSENT) for b in context["blocking"])
-    context["needs_consent"] = any(b.endswith(STATEFUL_CONSENT) for b in context["blocking"])
+    context["can_request"] = context["can_plan"] and deploynew.requestable(context["blocking"])
+    context["needs_consent"] = deploynew.needs_consent(context["blocking"])
     return render(request, "stacks/plan.html", context)
 
 
@@ -274,25 +176,13 @@ def deploy_plan_request(request: AuthedRequest, plan_id: int) -> HttpResponse:
     form = DeployRequestForm(request.POST)
     if not form.is_valid():
         return _refuse(request, " ".join(e for errors in form.errors.values() for e in errors), 400)
-    params = {
-        "account": plan.account.account_id,
-        "assembly_digest": plan.assembly.digest,
-        "parameters": plan.parameters or {},
-        "deploy_plan": plan.pk,
-        "deploy_plan_digest": plan.digest,
-        "deploy_plan_etag": plan.state_etag,
-        "stateful_consent": form.cleaned_data["stateful_consent"],
-    }
     try:
-        op = operations.request_operation(
+        op = deploynew.request_deploy(
             request.user,
-            plan.account,
-            "deploy",
-            plan.stack_name,
-            plan.region,
-            params,
+            plan,
+            reason=form.cleaned_data["reason"],
+            stateful_consent=form.cleaned_data["stateful_consent"],
             client_address=client_ip(request),
-            reason=form.cleaned_data["reason"],  # shown to approvers and kept in the audit, as for every kind
         )
     except PermissionDenied as exc:
         return _refuse(request, str(exc) or "Not allowed.", 403)
@@ -308,7 +198,7 @@ def deploy_plan_request(request: AuthedRequest, plan_id: int) -> HttpResponse:
 def deploy_plan_json(request: AuthedRequest, plan_id: int) -> HttpResponse:
     """The plan as `cdkd diff --json` prints it (one node, with `plan`), masked."""
     plan = _load_plan(request, plan_id)
-    body = json.dumps([_shown_document(plan)], indent=2, ensure_ascii=False) + "\n"
+    body = json.dumps([deploynew.shown_document(plan)], indent=2, ensure_ascii=False) + "\n"
     response = HttpResponse(body, content_type="application/json")
     response["Cache-Control"] = "no-store, private"
     return response

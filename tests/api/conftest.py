@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from stacks import operations
 from stacks.api.tokens import create_token
-from stacks.models import DeploymentRun, OperationStatus, Role, SecretFinding
+from stacks.models import Assembly, DeploymentRun, DeployPlan, OperationStatus, Role, SecretFinding
 from tests.operations_ui.conftest import A, fake_plan, make_operation, member
 from tests.views.conftest import _fast_passwords, make_account, make_stack, make_user, record, resource_row
 
@@ -67,7 +67,18 @@ def build_world() -> dict[str, Any]:
     )
     awaiting = make_operation(prod, people["operator"], stack_name=STACK_NAME)
     DeploymentRun.objects.create(account=prod, stack_name=STACK_NAME, region="us-east-1", run_id=RUN_ID)
-    return {"prod": prod, "dev": dev, "people": people, "awaiting": awaiting}
+    plan = DeployPlan.objects.create(
+        account=prod,
+        stack_name=STACK_NAME,
+        region="us-east-1",
+        assembly=Assembly.objects.create(digest="a" * 64, stack_names=[STACK_NAME]),
+        document={"stack": STACK_NAME, "region": "us-east-1", "changes": [], "plan": {"blocking": []}},
+        digest="d" * 64,
+        state_key=f"cdkd/{STACK_NAME}/us-east-1/state.json",
+        state_etag='"e-1"',
+        created_by=people["operator"],
+    )
+    return {"prod": prod, "dev": dev, "people": people, "awaiting": awaiting, "deploy_plan": plan}
 
 
 @pytest.fixture

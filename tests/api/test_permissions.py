@@ -84,6 +84,19 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/operations/{op_id}/cancel"): Rule(
         op("awaiting", "/cancel"), on_a(404, 403, 200, 200, 200), lambda w: {}
     ),
+    # A JSON body carries no zip: an operator is told to upload one.
+    ("POST", "/api/v1/accounts/{account_id}/deploy-plans"): Rule(
+        lambda w: f"/api/v1/accounts/{A}/deploy-plans", on_a(404, 403, 400, 400, 400), lambda w: {}
+    ),
+    ("GET", "/api/v1/deploy-plans/{plan_id}"): Rule(lambda w: f"/api/v1/deploy-plans/{w['deploy_plan'].pk}", READ_A),
+    ("POST", "/api/v1/deploy-plans/{plan_id}/request"): Rule(
+        lambda w: f"/api/v1/deploy-plans/{w['deploy_plan'].pk}/request",
+        on_a(404, 403, 201, 201, 201),
+        lambda w: {"reason": "t-2"},
+    ),
+    ("POST", "/api/v1/accounts/{account_id}/state-migrate"): Rule(
+        lambda w: f"/api/v1/accounts/{A}/state-migrate", on_a(404, 403, 201, 201, 201), lambda w: {}
+    ),
     ("GET", "/api/v1/attention"): Rule(lambda w: "/api/v1/attention", every(200), lists_a=True),
     ("GET", "/api/v1/audit"): Rule(lambda w: "/api/v1/audit", every(200), lists_a=True),
     ("GET", "/api/v1/events"): Rule(lambda w: "/api/v1/events", every(200), lists_a=True),
