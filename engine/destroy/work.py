@@ -18,6 +18,7 @@ from engine.destroy.common import ACTION_SNAPSHOT, _reads_as_not_found
 from engine.destroy.protection import GuardState, compensate, disable
 from engine.destroy.retry import retry_class
 from engine.destroy.seams import _skip_types
+from engine.providers.base import stoppable
 
 if TYPE_CHECKING:
     from engine.destroy.run import _Run
@@ -84,7 +85,8 @@ def delete_row(run: _Run, task: RowTask, ref: Any, snapshot: bool) -> Any:
     while True:
         task.attempts += 1
         try:
-            return seams.delete(clients, ref, snapshot=snapshot)
+            with stoppable(lambda: task.abort.is_set() or run.stopping()):
+                return seams.delete(clients, ref, snapshot=snapshot)
         except Exception as exc:
             gone = task.entry["action"] != ACTION_SNAPSHOT and _reads_as_not_found(exc)
             retryable = not gone and not isinstance(exc, _skip_types()) and retry_class(exc) is not None

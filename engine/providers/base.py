@@ -16,10 +16,13 @@ can tell throttling (retry) and "already exists" (a name collision) from the res
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import re
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -54,6 +57,25 @@ class ResourceRef:
     region: str = engine_aws.DEFAULT_REGION  # the stack's region (from the record's key)
     account_id: str = ""
     provisioned_by: str | None = None  # "sdk" | "cc-api" | None (legacy rows: sdk)
+
+
+# Whether the caller has stopped waiting for this delete (its run cancelled, its resource
+# timeout passed): set by the destroy runner around each row's delete, in the row's own
+# thread. Only a provider that waits (a custom resource's answer) asks.
+_stop_check: contextvars.ContextVar[Callable[[], bool]] = contextvars.ContextVar("stop_check", default=lambda: False)
+
+
+@contextmanager
+def stoppable(check: Callable[[], bool]) -> Iterator[None]:
+    token = _stop_check.set(check)
+    try:
+        yield
+    finally:
+        _stop_check.reset(token)
+
+
+def stop_requested() -> bool:
+    return _stop_check.get()()
 
 
 class Skip(Exception):

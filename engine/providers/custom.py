@@ -22,7 +22,9 @@ placeholders", seed 004 "Every cause of a skip"):
    may carry a minted secret in `Data`. A purge refused is a warning, never a failure.
 
 SUCCESS -> "deleted". FAILED, an invoke that failed, or no answer in time -> Skip with
-cdkd's "resource unproven" reasons: the record is kept and the run ends partial.
+cdkd's "resource unproven" reasons: the record is kept and the run ends partial. A cancel
+(or the row's resource timeout) stops the wait within a second (`stop_requested`): the
+Delete was sent, so the row is kept as unproven and a re-run sends it again.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from engine.providers.base import (
     error_code,
     parse_arn,
     require_physical_id,
+    stop_requested,
 )
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ MASKED_PROPERTIES = (
 LAMBDA_GONE = "backing Lambda function is gone — Delete handler not invoked"
 HANDLER_FAILED = "Delete handler reported FAILED — resource unproven"
 INVOKE_FAILED = "Delete request to the handler did not complete — resource unproven"
+# The run was cancelled (or the row's resource timeout passed) while the answer was awaited.
+STOPPED_WAITING = "stopped waiting for the Delete handler's answer (the run was stopped) — resource unproven"
 
 # cdkd's timings (CustomResourceProvider): seconds.
 SYNC_TIMEOUT = 30.0
@@ -81,6 +86,7 @@ INITIAL_POLL_INTERVAL = 2.0
 MAX_POLL_INTERVAL = 30.0
 BACKOFF = 1.5
 URL_EXPIRES = 7200  # outlives the async timeout
+STOPPED: dict[str, Any] = {}  # `_poll`'s answer when the runner stopped waiting (compared by identity)
 
 _CAVEAT = (
     "The record is kept and the run ends partial. The same destroy usually deletes the handler's Lambda too, "
@@ -177,7 +183,7 @@ class CustomResourceProvider:
         *,
         invoke: Callable[[Clients, str, dict[str, Any]], Any] = default_invoke,
         timeout: float | None = None,  # None: the setting, read per delete
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,  # None: a real wait that a stop cuts short
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.invoke = invoke
@@ -245,6 +251,9 @@ class CustomResourceProvider:
         finally:
             self._cleanup(bucket, key)
 
+        if response is STOPPED:
+            log.warning("%s: stopped waiting for the Delete handler's answer. %s", describe(ref), _CAVEAT)
+            raise Skip(STOPPED_WAITING)
         if response is None:
             raise Skip(INVOKE_FAILED)
         if response.get("Status") == "FAILED":
@@ -316,6 +325,8 @@ class CustomResourceProvider:
             timeout = self.timeout if self.timeout is not None else configured_timeout()
             backoff = True  # the provider framework's async shape: nothing came back
         response = self._poll(bucket, key, timeout, backoff)
+        if response is STOPPED:
+            return response
         if response is None:
             log.warning(
                 "%s: no response from the Delete handler at %s within %.0f s. %s",
@@ -327,9 +338,13 @@ class CustomResourceProvider:
         return response
 
     def _poll(self, bucket: Any, key: str, timeout: float, backoff: bool) -> dict[str, Any] | None:
+        """The handler's answer, None after `timeout`, or STOPPED as soon as the runner
+        stops waiting (a cancel must not sit out an hour's timeout)."""
         start = self.clock()
         interval = INITIAL_POLL_INTERVAL
         while self.clock() - start < timeout:
+            if stop_requested():
+                return STOPPED
             try:
                 body = bucket.get(key).body
             except NotFound:
@@ -344,10 +359,20 @@ class CustomResourceProvider:
                     answer = None  # not yet a whole document
                 if isinstance(answer, dict) and answer.get("Status") in ("SUCCESS", "FAILED"):
                     return answer
-            self.sleep(interval)
+            self._pause(interval)
             if backoff:
                 interval = min(interval * BACKOFF, MAX_POLL_INTERVAL)
         return None
+
+    def _pause(self, seconds: float) -> None:
+        """The poll interval (up to 30 s), in slices of a second so a stop is seen soon;
+        an injected `sleep` (the tests' clock) gets the interval whole."""
+        if self.sleep is not None:
+            self.sleep(seconds)
+            return
+        end = time.monotonic() + seconds
+        while not stop_requested() and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
 
     def _cleanup(self, bucket: Any, key: str) -> None:
         """Delete the placeholder and purge its earlier versions: the handler's response

@@ -27,6 +27,7 @@ from engine.backend import StateBucket
 from engine.keys import KeyLayout
 from engine.operations import Context, Plan, spec_for
 from engine.providers import Clients, custom
+from engine.providers.base import stoppable
 
 pytestmark = pytest.mark.integration
 
@@ -479,3 +480,50 @@ def test_it_fails_rather_than_sends_when_no_state_bucket_was_given(aws, handler)
     with pytest.raises(ProviderError, match="no state bucket"):
         custom.PROVIDER.delete(Clients(aws.account_session(ACCOUNT)), ref)
     assert handler.requests == []
+
+
+# --- a cancel stops the wait ---------------------------------------------------------------
+
+
+def test_it_stops_waiting_for_the_answer_when_the_run_is_cancelled(aws, bucket, handler, monkeypatch):
+    """A fake clock: the cancel comes during the second poll interval of an hour's timeout;
+    the wait ends at the next poll, the row is kept as unproven and the rest never starts."""
+    handler.mode = "silent"  # never answers
+    ctx = context(bucket)
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+        if len(slept) == 2:
+            ctx.cancel_event.set()  # someone pressed Cancel
+
+    monkeypatch.setattr(custom.PROVIDER, "sleep", sleep)
+    monkeypatch.setattr(custom.PROVIDER, "clock", lambda: now[0])
+    make_function(aws)
+    queue = res("AWS::SQS::Queue", f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/never-reached")
+    rows = {"Cr": cr_row({"ServiceToken": FN_ARN, "BucketName": DATA}, deps=["Queue"]), "Queue": queue}
+    aws.put(ACCOUNT, BUCKET, STATE, json.dumps(record(rows)))
+
+    _, outcome = run(ctx)
+
+    assert slept == [2.0, 3.0] and len(handler.requests) == 1  # not 3600 s of polling
+    assert outcome.status == "partial" and outcome.details["reason"] == "cancelled"
+    assert sorted(json.loads(aws.get(ACCOUNT, BUCKET, STATE))["resources"]) == ["Cr", "Queue"]
+    skipped = [e["reason"] for e in events_of(aws) if e["eventType"] == "RESOURCE_SKIPPED"]
+    assert skipped == [custom.STOPPED_WAITING]
+    assert response_objects(aws)["versions"] == []  # the placeholder is cleaned all the same
+
+
+def test_its_real_wait_is_cut_into_slices_a_stop_ends(monkeypatch):
+    """Without an injected clock the 30 s interval is waited a second at a time, and the
+    wait ends at the first slice after a stop (time.sleep replaced to count the slices)."""
+    slices: list[float] = []
+    monkeypatch.setattr(custom.time, "sleep", slices.append)
+    provider = custom.CustomResourceProvider()
+
+    with stoppable(lambda: len(slices) >= 3):
+        provider._pause(30.0)
+
+    assert slices == [1.0, 1.0, 1.0]
