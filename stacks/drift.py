@@ -14,6 +14,7 @@ import logging
 import time
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -28,6 +29,7 @@ from stacks.records import open_bucket
 logger = logging.getLogger(__name__)
 
 SCHEDULED_PREFIX = "cdkd-scheduled-drift"
+JOB = "stacks.drift.drift_stack_job"  # one stack's check asked for now
 
 
 def record_check(
@@ -183,6 +185,87 @@ def schedule_next_drift(delay_seconds: int) -> bool:
     if settings.CDKD_DRIFT_INTERVAL <= 0:
         return False
     return book_once(SCHEDULED_PREFIX, "stacks.drift.scheduled_drift", delay_seconds)
+
+
+# --- a check now, from the stack page or the API -----------------------------------------------
+
+
+def _stack_key(stack_pk: int) -> str:
+    return f"drift-stack:{stack_pk}"
+
+
+def check_why_not(stack: Stack) -> str | None:
+    """Why this stack cannot be checked now, in one line, or None (the scheduled checks
+    skip the same records: check_account)."""
+    if stack.legacy or not stack.region:
+        return "A legacy record (no region in its key) has no drift baseline here; a cdkd deploy migrates it first."
+    if stack.read_only:
+        return "The record is newer than this app knows: its resources are not compared."
+    return None if stack.resource_count else "The record lists no resources."
+
+
+def check_pending(stack: Stack) -> bool:
+    """Whether a check of this stack is queued or running now."""
+    from redis.exceptions import RedisError
+
+    from cdkd_site.queues import booked_job, get_queue, job_alive
+
+    try:
+        queue = get_queue("sync")
+        job_id = booked_job(queue, _stack_key(stack.pk))
+        return job_id is not None and job_alive(queue, job_id)
+    except RedisError:
+        return False  # the page still shows; the request itself says when Redis is down
+
+
+def request_check(user, stack: Stack, *, client_address: str | None = None) -> bool:
+    """Queue a check of `stack` now, on the "sync" queue once the request commits; False
+    when one is already queued or running (one live check per stack). Reads only, so not
+    an Operation, but audited: it reads every resource with the account's role."""
+    from cdkd_site.queues import enqueue_unique, get_queue
+    from stacks import audit
+    from stacks.access import has_role
+    from stacks.models import Role
+
+    if not has_role(user, stack.account, Role.OPERATOR):
+        raise PermissionDenied(f"Checking drift needs the operator role on {stack.account}.")
+    get_queue("sync").connection.ping()  # RedisError: nothing is audited or queued
+    if check_pending(stack):
+        return False
+    audit.record(
+        "drift.check-requested",
+        actor=user.get_username(),
+        actor_user=user,
+        account=stack.account,
+        stack_name=stack.stack_name,
+        region=stack.region or "",
+        client_address=client_address,
+    )
+    job_id, actor = f"drift-stack-{stack.pk}-{time.time_ns()}", user.get_username()
+
+    def enqueue() -> None:
+        enqueue_unique(get_queue("sync"), _stack_key(stack.pk), JOB, stack.pk, actor, job_id=job_id)
+
+    transaction.on_commit(enqueue, robust=True)  # the request has answered "queued" by then
+    return True
+
+
+def drift_stack_job(stack_pk: int, actor: str) -> int | None:
+    """The RQ job of one check asked for now; the stored check's id (None: the stack is gone)."""
+    from cdkd_site.queues import get_queue, release_unique
+
+    try:
+        stack = Stack.objects.select_related("account").filter(pk=stack_pk).first()
+        if stack is None or check_why_not(stack):
+            return None
+        check, _ = run_check(stack.account, stack.stack_name, stack.region, actor=actor, trigger="web")
+        return check.pk
+    finally:
+        from rq import get_current_job
+
+        job = get_current_job()
+        if job is not None:
+            release_unique(get_queue("sync"), _stack_key(stack_pk), job.id)
 
 
 # --- queries ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from stacks.views.attention import attention_board
 from stacks.views.bucket_requests import state_migrate_new
 from stacks.views.deploy import account_plan_new, deploy_plan, deploy_plan_json, deploy_plan_request, stack_plan_new
 from stacks.views.detail import stack_reveal
+from stacks.views.drift import stack_drift_check
 from stacks.views.exports_page import account_exports, all_exports
 from stacks.views.people import account_member_reveal, account_rule_add, account_rule_remove
 from stacks.views.tokens import api_token_revoke, api_tokens
@@ -41,6 +42,7 @@ stack_patterns = [
     path("resources/<path:logical_id>/", views.stack_resource, name="stack_resource"),
     path("operations/new/<str:kind>/", views.operation_new, name="operation_new"),
     path("plan/", stack_plan_new, name="stack_plan_new"),
+    path("drift/check/", stack_drift_check, name="stack_drift_check"),
 ]
 
 operation_patterns = [

@@ -7,8 +7,9 @@ audited with the token's id (`common.mutation`). Every error is JSON `{"message"
 with the status that says why; no traceback ever leaves the server.
 
 One module per concern: accounts, inventory (stacks, a stack, resources), operations,
-deploy (deploy plans and their requests, state migrate), logs (audit, events), attention
-(the board); schemas holds the shapes; tokens makes and checks the secrets.
+deploy (deploy plans and their requests, state migrate), drift (a stack's latest check, a
+check now), logs (audit, events), attention (the board); schemas holds the shapes; tokens
+makes and checks the secrets.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from django.views.decorators.http import require_GET
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from stacks.api import accounts, attention, deploy, inventory, logs, operations
+from stacks.api import accounts, attention, deploy, drift, inventory, logs, operations
 from stacks.api.common import ApiError, TokenAuth, as_api_error
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ api = NinjaAPI(
     docs_url=None,  # an interactive page would load scripts the site's CSP refuses
     urls_namespace="api",
 )
-for module in (accounts, inventory, operations, deploy, logs, attention):
+for module in (accounts, inventory, drift, operations, deploy, logs, attention):
     api.add_router("", module.router)
 
 

@@ -349,3 +349,26 @@ class StateMigrateIn(Input):
     remove_legacy: bool = Field(False, description="Remove the legacy bucket after the verified copy")
     confirm_remove: bool = Field(False, description="Confirm remove_legacy (it cannot be undone)")
     reason: str = Field("", max_length=500, description="Why: shown to approvers and kept in the audit")
+
+
+# --- drift ------------------------------------------------------------------------------------
+
+
+class DriftCheckOut(Schema):
+    id: int
+    checked_at: datetime
+    trigger: str = Field(..., description="schedule, cli or web")
+    record_etag: str = Field(..., description="The record's ETag the check compared against")
+    drifted: int = Field(..., description="MODIFIED + DELETED resources")
+    errors: int = Field(..., description="Resources whose read failed")
+    counts: dict[str, int]
+    api_calls: int
+    error: str = Field(..., description="Why the stack could not be checked at all (empty when it was)")
+    resources: list[dict[str, Any]] = Field(
+        ..., description="Per resource: logicalId, status, reason, differences (masked positions never compared)"
+    )
+
+
+class DriftQueuedOut(Schema):
+    queued: bool = Field(..., description="False: a check of this stack was already queued or running")
+    message: str

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from stacks import operations
 from stacks.api.tokens import create_token
-from stacks.models import Assembly, DeploymentRun, DeployPlan, OperationStatus, Role, SecretFinding
+from stacks.models import Assembly, DeploymentRun, DeployPlan, DriftCheck, OperationStatus, Role, SecretFinding
 from tests.operations_ui.conftest import A, fake_plan, make_operation, member
 from tests.views.conftest import _fast_passwords, make_account, make_stack, make_user, record, resource_row
 
@@ -77,6 +77,15 @@ def build_world() -> dict[str, Any]:
         state_key=f"cdkd/{STACK_NAME}/us-east-1/state.json",
         state_etag='"e-1"',
         created_by=people["operator"],
+    )
+    DriftCheck.objects.create(
+        account=prod,
+        stack_name=STACK_NAME,
+        region="us-east-1",
+        checked_at=timezone.now(),
+        drifted=1,
+        counts={"MODIFIED": 1},
+        resources=[{"logicalId": "Queue", "status": "MODIFIED", "differences": []}],
     )
     return {"prod": prod, "dev": dev, "people": people, "awaiting": awaiting, "deploy_plan": plan}
 

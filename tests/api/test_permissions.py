@@ -97,6 +97,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/accounts/{account_id}/state-migrate"): Rule(
         lambda w: f"/api/v1/accounts/{A}/state-migrate", on_a(404, 403, 201, 201, 201), lambda w: {}
     ),
+    ("GET", "/api/v1/stacks/{account_id}/{region_slug}/{stack_name}/drift"): Rule(lambda w: f"{STACK}/drift", READ_A),
+    ("POST", "/api/v1/stacks/{account_id}/{region_slug}/{stack_name}/drift-check"): Rule(
+        lambda w: f"{STACK}/drift-check", on_a(404, 403, 202, 202, 202), lambda w: {}
+    ),
     ("GET", "/api/v1/attention"): Rule(lambda w: "/api/v1/attention", every(200), lists_a=True),
     ("GET", "/api/v1/audit"): Rule(lambda w: "/api/v1/audit", every(200), lists_a=True),
     ("GET", "/api/v1/events"): Rule(lambda w: "/api/v1/events", every(200), lists_a=True),

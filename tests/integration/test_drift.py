@@ -258,3 +258,91 @@ def test_it_checks_each_account_on_a_schedule_in_its_own_job(world, settings):
     check = DriftCheck.objects.get(latest=True)
     assert check.trigger == "schedule" and check.drifted == 1
     queue.connection.flushdb()
+
+
+# --- a check now, from the Drift panel and the API -----------------------------------------------
+
+
+@pytest.fixture
+def sync_queue():
+    from cdkd_site.queues import get_queue
+
+    queue = get_queue("sync")
+    queue.connection.flushdb()
+    yield queue
+    queue.connection.flushdb()
+
+
+def burst(queue) -> None:
+    from rq import SimpleWorker
+
+    SimpleWorker([queue], connection=queue.connection).work(burst=True)
+
+
+def test_it_checks_now_from_the_drift_panel_once_at_a_time(world, client, make_user, sync_queue):
+    from django.urls import reverse
+
+    resources = reverse("stack_resources", args=[ACCOUNT, REGION, STACK])
+    client.force_login(make_user("olive", **{f"a{ACCOUNT}": "operator"}))
+    html = client.get(resources).content.decode()
+    assert 'id="drift-never"' in html and '<button type="submit" class="secondary" id="drift-check">' in html
+    world.sqs.set_queue_attributes(QueueUrl=world.queue_url, Attributes={"VisibilityTimeout": "99"})
+
+    url = reverse("stack_drift_check", args=[ACCOUNT, REGION, STACK])
+    first = client.post(url, follow=True)
+    again = client.post(url, follow=True)
+
+    assert "Drift check of DriftStack queued" in first.content.decode()
+    assert "already queued or running" in again.content.decode()
+    jobs = [sync_queue.fetch_job(job_id) for job_id in sync_queue.get_job_ids()]
+    assert [j.func_name for j in jobs] == ["stacks.drift.drift_stack_job"]
+    assert 'id="drift-pending"' in again.content.decode()
+    assert not DriftCheck.objects.exists()  # nothing is read in the web request
+    [audited] = AuditEvent.objects.filter(action="drift.check-requested")
+    assert audited.actor == "olive" and audited.stack_name == STACK
+
+    burst(sync_queue)
+
+    check = DriftCheck.objects.get(latest=True)
+    assert (check.trigger, check.drifted) == ("web", 1)
+    html = client.get(resources).content.decode()
+    assert 'data-logical-id="Queue" data-status="MODIFIED"' in html and 'id="drift-pending"' not in html
+    assert "(web)" in html
+    # the booking is released: the next check can be queued
+    assert "Drift check of DriftStack queued" in client.post(url, follow=True).content.decode()
+
+
+def test_it_lets_only_an_operator_check_now(world, client, make_user, sync_queue):
+    from django.urls import reverse
+
+    client.force_login(make_user("vera", **{f"a{ACCOUNT}": "viewer"}))
+    html = client.get(reverse("stack_resources", args=[ACCOUNT, REGION, STACK])).content.decode()
+    assert 'id="drift-check" disabled title="You need the operator role' in html
+
+    response = client.post(reverse("stack_drift_check", args=[ACCOUNT, REGION, STACK]))
+
+    assert response.status_code == 403 and sync_queue.get_job_ids() == []
+    assert not AuditEvent.objects.filter(action="drift.check-requested").exists()
+
+
+def test_it_checks_now_and_reads_the_result_through_the_api(world, make_user, sync_queue):
+    from django.test import Client
+
+    from tests.api.conftest import call, token_for
+
+    secret = token_for(make_user("olive", **{f"a{ACCOUNT}": "operator"}))
+    base = f"/api/v1/stacks/{ACCOUNT}/{REGION}/{STACK}"
+    assert call("GET", f"{base}/drift", secret).status_code == 404
+    world.sns.delete_topic(TopicArn=world.topic_arn)
+
+    queued = call("POST", f"{base}/drift-check", secret, {})
+    assert queued.status_code == 202 and json.loads(queued.content) == {"queued": True, "message": "queued"}
+    burst(sync_queue)
+
+    got = json.loads(call("GET", f"{base}/drift", secret).content)
+    assert got["trigger"] == "web" and got["drifted"] == 1 and got["counts"]["DELETED"] == 1
+    assert {r["logicalId"]: r["status"] for r in got["resources"]} == {"Queue": "IN_SYNC", "Topic": "DELETED"}
+    assert AuditEvent.objects.get(action="api.drift.check").details["status"] == 202
+    read_only = token_for(make_user("rita", **{f"a{ACCOUNT}": "operator"}), read_only=True)
+    assert call("POST", f"{base}/drift-check", read_only, {}).status_code == 403
+    assert Client().post(f"{base}/drift-check").status_code == 401

@@ -141,6 +141,8 @@ RULES: dict[str, Rule] = {
     "deploy_plan_json": Rule(lambda w: {"plan_id": w.values["plan"].pk}, get=READ_A),
     "deploy_plan_request": Rule(lambda w: {"plan_id": w.values["plan"].pk}, post=on_a(404, 403, 302, 302, 302)),
     "stack_resource": Rule(lambda w: {**stack_kwargs(w), "logical_id": "Queue"}, get=READ_A),
+    # A drift check reads every resource with the account's role: an operator queues it.
+    "stack_drift_check": Rule(stack_kwargs, post=on_a(404, 403, 302, 302, 302)),
     "operation_new": Rule(
         lambda w: {**stack_kwargs(w), "kind": "orphan"}, get=OPERATOR_PAGE, post=on_a(404, 403, 302, 302, 302)
     ),
