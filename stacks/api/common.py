@@ -89,10 +89,23 @@ def page_of(queryset, page: int, page_size: int | None, convert: Callable[[Any],
     return {"count": paginator.count, "page": page, "page_size": size, "items": [convert(i) for i in items]}
 
 
-def target(request: HttpRequest, *, account: Account | None = None, operation: Operation | None = None) -> None:
+def target(
+    request: HttpRequest,
+    *,
+    account: Account | None = None,
+    operation: Operation | None = None,
+    stack_name: str = "",
+    region: str | None = "",
+) -> None:
     """Name what a mutating call acts on, for its audit entry (set as soon as it is known,
-    so a refusal is audited on the right account too)."""
-    request.api_target = {"account": account or (operation.account if operation else None), "operation": operation}  # type: ignore[attr-defined]
+    so a refusal is audited on the right account too). A stack without an operation (a
+    plan, a drift check) is named by `stack_name` and `region`."""
+    request.api_target = {  # type: ignore[attr-defined]
+        "account": account or (operation.account if operation else None),
+        "operation": operation,
+        "stack_name": stack_name,
+        "region": region or "",
+    }
 
 
 def _audit_call(request: HttpRequest, action: str, *, status: int, error: str = "") -> None:
@@ -105,6 +118,8 @@ def _audit_call(request: HttpRequest, action: str, *, status: int, error: str = 
         actor_user=token.user,
         account=found.get("account"),
         operation=operation if operation is not None and operation.pk else None,
+        stack_name=found.get("stack_name", ""),
+        region=found.get("region", ""),
         result="ok" if status < 400 else "refused",
         error=error[:500],
         client_address=audit.client_ip(request),

@@ -89,6 +89,8 @@ def _plan(request, account_id: str, body: DeployPlanIn, upload) -> tuple[int, di
         raise ApiError(exc.status, exc.message) from exc
     except (AssemblyError, ParameterError) as exc:
         raise ApiError(400, str(exc)) from exc
+    if not isinstance(result, deploynew.Choice):
+        target(request, account=account, stack_name=result.stack_name, region=result.region)
     if isinstance(result, deploynew.Choice):
         names = ", ".join(result.stacks)
         raise ApiError(
@@ -134,7 +136,7 @@ def get_deploy_plan(request, plan_id: int = PlanId):
 
 def _request_deploy(request, plan_id: int, body: DeployRequestIn) -> tuple[int, dict]:
     plan = _load_plan(request, plan_id)
-    target(request, account=plan.account)
+    target(request, account=plan.account, stack_name=plan.stack_name, region=plan.region)
     op = deploynew.request_deploy(
         request.user,
         plan,

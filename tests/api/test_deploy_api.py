@@ -118,6 +118,7 @@ def test_it_plans_requests_approves_and_deploys_from_a_script(world, queue):
         ("api.deploy.request", "olivia", "ok"),
     ]
     assert all(a.details["token"] and a.account_id == world["prod"].pk for a in audited)
+    assert {(a.stack_name, a.region) for a in audited} == {("GoldenCdkStack", "us-east-1")}
 
 
 def test_it_plans_a_change_against_the_live_record(world):
