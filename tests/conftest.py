@@ -1,5 +1,5 @@
-"""Shared fixtures: the moto server and proxy (tests.support.fixtures), and the people
-the tests act as."""
+"""Shared fixtures: the moto server and proxy (tests.support.fixtures), the people the
+tests act as, the RQ queues (emptied around each test) and the assembly storage."""
 
 from __future__ import annotations
 
@@ -31,6 +31,41 @@ def _queues_off_the_default_redis(settings):
 
     if "REDIS_URL" not in os.environ:
         settings.REDIS_URL = "fakeredis://"
+
+
+def _emptied(name: str):
+    from cdkd_site.queues import get_queue
+
+    queue = get_queue(name)
+    queue.connection.flushdb()
+    yield queue
+    queue.connection.flushdb()
+
+
+@pytest.fixture
+def queue():
+    """The operations queue ("default"), emptied before and after the test."""
+    yield from _emptied("default")
+
+
+@pytest.fixture
+def sync_queue():
+    """The sync queue (syncs, scans, drift checks), emptied before and after the test."""
+    yield from _emptied("sync")
+
+
+@pytest.fixture
+def assembly_storage(settings, tmp_path):
+    """Uploaded assemblies kept in the test's own folder, never in var/."""
+    location = tmp_path / "assemblies"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "assemblies": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(location)},
+        },
+    }
+    return location
 
 
 # Fuzz tests run the same examples on every run (CI must not go red on a new random draw);

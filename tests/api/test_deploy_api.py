@@ -15,13 +15,16 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from rq import SimpleWorker
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, AuditEvent, DeployPlan, Operation, OperationStatus, Role
 from tests.api.conftest import call, token_for
 from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, SAMPLE, files_of, zip_dir, zip_entries
 from tests.operations_ui.conftest import member
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("assembly_storage"),
+]
 
 A1 = "111111111111"
 B1 = "222222222222"
@@ -29,25 +32,6 @@ BUCKET = f"cdkd-state-{A1}"
 KEY = "cdkd/GoldenCdkStack/us-east-1/state.json"
 RECORD = json.loads((SAMPLE / "state.json").read_bytes())
 PLANS = f"/api/v1/accounts/{A1}/deploy-plans"
-
-
-@pytest.fixture(autouse=True)
-def _assembly_storage(settings, tmp_path):
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "assemblies": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": str(tmp_path / "assemblies")},
-        },
-    }
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
 
 
 @pytest.fixture

@@ -53,17 +53,6 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-@pytest.fixture
-def queue():
-    """The operations queue, emptied before and after the test."""
-    from cdkd_site.queues import get_queue
-
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
-
 def log_in(page, base: str, username: str) -> None:
     """Log a persona (password `pw`) in through the login form."""
     page.goto(f"{base}/login/")

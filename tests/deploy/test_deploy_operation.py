@@ -15,36 +15,20 @@ from django.test import Client
 from django.urls import reverse
 from rq import SimpleWorker
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, ApprovalPolicy, AuditEvent, DeployPlan, Membership, Operation, OperationStatus, Role
 from tests.deploy.zips import GOLDEN, SAMPLE, with_stateful_replacement, zip_dir
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("assembly_storage"),
+]
 
 A1 = "111111111111"
 BUCKET = f"cdkd-state-{A1}"
 REGION = "us-east-1"
 KEY = "cdkd/GoldenCdkStack/us-east-1/state.json"
 RECORD = json.loads((SAMPLE / "state.json").read_bytes())
-
-
-@pytest.fixture(autouse=True)
-def _assembly_storage(settings, tmp_path):
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "assemblies": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": str(tmp_path / "assemblies")},
-        },
-    }
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
 
 
 @pytest.fixture

@@ -4,17 +4,6 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from cdkd_site.queues import get_queue
-
-
-@pytest.fixture
-def queue():
-    """The operations queue, emptied before and after."""
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
 
 @pytest.fixture
 def shared_queue(queue):

@@ -9,7 +9,6 @@ from django.test import Client
 from django.urls import reverse
 from rq import SimpleWorker
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, Membership, Operation, OperationStatus, Role, Stack
 from stacks.sync import sync_account
 
@@ -19,14 +18,6 @@ A1 = "111111111111"
 BUCKET = f"cdkd-state-{A1}"
 REGION = "us-east-1"
 STATE = "cdkd/Shop/us-east-1/state.json"
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
 
 
 @pytest.fixture

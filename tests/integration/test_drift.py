@@ -263,16 +263,6 @@ def test_it_checks_each_account_on_a_schedule_in_its_own_job(world, settings):
 # --- a check now, from the Drift panel and the API -----------------------------------------------
 
 
-@pytest.fixture
-def sync_queue():
-    from cdkd_site.queues import get_queue
-
-    queue = get_queue("sync")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
-
 def burst(queue) -> None:
     from rq import SimpleWorker
 

@@ -18,7 +18,6 @@ from django.test import Client
 from django.urls import reverse
 from rq import SimpleWorker
 
-from cdkd_site.queues import get_queue
 from stacks.models import Account, ApprovalPolicy, AuditEvent, Lock, Membership, Operation, OperationStatus, Role, Stack
 from stacks.sync import sync_account
 
@@ -41,14 +40,6 @@ INDEX = PREFIX + "index.json"
 NOW = datetime.now(UTC)
 RECENT = [f"{(NOW - timedelta(days=d)):%Y%m%dT%H%M%S}000Z-0000000{d}" for d in (1, 2)]
 OLD = ["20200303T100000000Z-00000003", "20200302T100000000Z-00000002", "20200301T100000000Z-00000001"]
-
-
-@pytest.fixture
-def queue():
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
 
 
 def people(account: Account, django_user_model) -> dict[str, Client]:

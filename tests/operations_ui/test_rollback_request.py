@@ -105,16 +105,6 @@ def people(db, django_user_model) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture
-def queue():
-    from cdkd_site.queues import get_queue
-
-    queue = get_queue("default")
-    queue.connection.flushdb()
-    yield queue
-    queue.connection.flushdb()
-
-
 def work(queue) -> None:
     SimpleWorker([queue], connection=queue.connection).work(burst=True)
 
