@@ -17,7 +17,7 @@ from rq import SimpleWorker
 
 from stacks.models import Account, AuditEvent, DeployPlan, Operation, OperationStatus, Role
 from tests.api.conftest import call, token_for
-from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, SAMPLE, files_of, zip_dir, zip_entries
+from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, SAMPLE, with_second_stack, zip_dir
 from tests.operations_ui.conftest import member
 
 pytestmark = [
@@ -117,16 +117,7 @@ def test_it_plans_a_change_against_the_live_record(world):
 
 
 def test_it_names_the_stacks_when_the_assembly_holds_several(world):
-    two = files_of(GOLDEN)
-    manifest = json.loads(two["manifest.json"])
-    manifest["artifacts"]["Other"] = {
-        "type": "aws:cloudformation:stack",
-        "environment": f"aws://{A1}/us-east-1",
-        "properties": {"templateFile": "GoldenCdkStack.template.json", "stackName": "Other"},
-    }
-    two["manifest.json"] = json.dumps(manifest).encode()
-
-    first = plan_call(world["tokens"]["olivia"], zip_entries(two))
+    first = plan_call(world["tokens"]["olivia"], with_second_stack(GOLDEN, A1))
 
     assert first.status_code == 400 and not DeployPlan.objects.exists()
     message = body(first)["message"]

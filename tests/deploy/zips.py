@@ -47,3 +47,17 @@ def with_stateful_replacement(doc: dict[str, Any]) -> None:
     """GoldenCdkStack's SSM parameter renamed: a create-only change of a stateful type, so a
     stateful replacement the first deploy engine refuses (a blocking reason)."""
     doc["Resources"]["Param165332EC"]["Properties"]["Name"] = "/golden/renamed"
+
+
+def with_second_stack(directory: Path, account: str, name: str = "Other") -> bytes:
+    """The assembly in `directory` with a second stack artifact, `name`, on the same
+    template: a zip that holds two stacks, so a plan must be told which."""
+    files = files_of(directory)
+    manifest = json.loads(files["manifest.json"])
+    manifest["artifacts"][name] = {
+        "type": "aws:cloudformation:stack",
+        "environment": f"aws://{account}/us-east-1",
+        "properties": {"templateFile": "GoldenCdkStack.template.json", "stackName": name},
+    }
+    files["manifest.json"] = json.dumps(manifest).encode()
+    return zip_entries(files)

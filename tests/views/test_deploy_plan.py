@@ -20,7 +20,7 @@ from django.urls import reverse
 from engine.deploy.assembly import load_zip, read_assembly
 from stacks import deployplan
 from stacks.models import Assembly, DeployPlan, Membership, Role
-from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, NESTED, SAMPLE, files_of, zip_dir, zip_entries
+from tests.deploy.zips import GOLDEN, GOLDEN_CHANGED, NESTED, SAMPLE, files_of, with_second_stack, zip_dir, zip_entries
 from tests.support.fixtures import role_arn
 from tests.views.conftest import make_account, make_stack, make_user
 
@@ -183,15 +183,7 @@ def test_it_says_in_one_line_that_nothing_changes(world, golden, olivia):
 def test_it_reuses_a_stored_assembly_and_asks_which_stack_on_the_account_page(world, olivia):
     client = logged_in(olivia)
     url = reverse("account_plan_new", args=[A])
-    two = files_of(GOLDEN)
-    manifest = json.loads(two["manifest.json"])
-    manifest["artifacts"]["Other"] = {
-        "type": "aws:cloudformation:stack",
-        "environment": f"aws://{A}/us-east-1",
-        "properties": {"templateFile": "GoldenCdkStack.template.json", "stackName": "Other"},
-    }
-    two["manifest.json"] = json.dumps(manifest).encode()
-    first = client.post(url, {"assembly_file": upload(zip_entries(two))})
+    first = client.post(url, {"assembly_file": upload(with_second_stack(GOLDEN, A))})
     assert first.status_code == 200 and b"This assembly holds 2 stacks" in first.content
     digest = Assembly.objects.get().digest
     second = client.post(url, {"assembly": digest, "stack": "Other"})
