@@ -133,6 +133,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "cdkd_site.sessions.IdleTimeoutMiddleware",
+    # A single-sign-on session is re-checked with the provider now and then (stacks.sso).
+    "stacks.sso.ProviderRecheck",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -239,6 +241,10 @@ OIDC_RP_SIGN_ALGO = CDKD_OIDC_SIGN_ALGO
 OIDC_RP_SCOPES = CDKD_OIDC_SCOPES
 OIDC_USE_PKCE = True
 OIDC_TIMEOUT = CDKD_OIDC_TIMEOUT
+# How often a single-sign-on session is re-checked with the provider (silently; groups and
+# roles refreshed, a refusal logs out); 0 turns it off. mozilla-django-oidc's name below.
+CDKD_OIDC_RECHECK_SECONDS = envint("CDKD_OIDC_RECHECK_SECONDS", "900")
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = CDKD_OIDC_RECHECK_SECONDS
 OIDC_STORE_ACCESS_TOKEN = False
 OIDC_STORE_ID_TOKEN = False
 LOGIN_REDIRECT_URL = "stacks"

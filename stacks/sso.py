@@ -7,7 +7,8 @@ provider is down) and kept for the process. Beyond what the library checks (sign
 nonce, PKCE), the identity token must name the configured issuer and our client id as its
 audience and be unexpired. People are matched by (issuer, subject), never by an e-mail
 address the provider may let them change; the groups claim is stored and the group rules
-(`stacks.grouproles`) re-evaluated at every login."""
+(`stacks.grouproles`) re-evaluated at every login, and at every silent re-check of the
+session with the provider (`ProviderRecheck`, every CDKD_OIDC_RECHECK_SECONDS)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.middleware import SessionRefresh
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
@@ -341,3 +343,50 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
     def _refused(self, request: HttpRequest, reason: str) -> HttpResponse:
         logger.warning("Single sign-on refused: %s", reason)
         return login_page(request, error=f"Single sign-on failed: {reason}.", status=403)
+
+
+# --- the silent re-check --------------------------------------------------------------------
+
+
+class ProviderRecheck(SessionRefresh):
+    """Asks the provider again, silently (`prompt=none`), once a single-sign-on session is
+    older than CDKD_OIDC_RECHECK_SECONDS: the callback stores the person's groups anew and
+    applies the rules, so someone taken out of a group loses its role within that time, not
+    at their next login; the provider's refusal (their session there has ended, or they are
+    gone) logs them out here too. mozilla-django-oidc's SessionRefresh, with the endpoint
+    resolved only when a re-check is due (the site starts while the provider is down).
+    Left alone: password sessions, anything but a page GET (htmx fragments, which cannot
+    follow a redirect to the provider, and the API, which a token authorises)."""
+
+    get_settings = staticmethod(get_setting)
+    OIDC_OP_AUTHORIZATION_ENDPOINT = property(lambda self: get_setting("OIDC_OP_AUTHORIZATION_ENDPOINT"))
+
+    def __init__(self, get_response) -> None:
+        super(SessionRefresh, self).__init__(get_response)  # MiddlewareMixin: no settings read yet
+        self.OIDC_EXEMPT_URLS = []
+        self.OIDC_RP_CLIENT_ID = ""
+        self.OIDC_STATE_SIZE = 32
+        self.OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+        self.OIDC_RP_SCOPES = ""
+        self.OIDC_USE_NONCE = True
+        self.OIDC_NONCE_SIZE = 32
+
+    @property
+    def exempt_urls(self) -> set[str]:
+        from django.urls import reverse
+
+        return {reverse(name) for name in ("oidc_authentication_init", "oidc_authentication_callback", "login")}
+
+    def process_request(self, request):
+        if not enabled() or settings.CDKD_OIDC_RECHECK_SECONDS <= 0:
+            return None
+        if request.headers.get("HX-Request") or request.path.startswith("/api/"):
+            return None
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+        self.OIDC_RP_SCOPES = settings.OIDC_RP_SCOPES
+        try:
+            return super().process_request(request)
+        except SsoError as exc:
+            # The provider cannot be asked now: the session goes on (it still ends when idle).
+            logger.warning("Single sign-on re-check skipped: %s", exc)
+            return None

@@ -53,4 +53,10 @@ OAUTH2_PROVIDER = {
     # Negative for the expired-token test: a token already past its exp when issued.
     "ID_TOKEN_EXPIRE_SECONDS": int(os.environ.get("OIDC_PROVIDER_ID_TOKEN_SECONDS", "600")),
 }
-LOGGING = {"version": 1, "disable_existing_loggers": True, "root": {"level": "ERROR"}}
+# Errors (a 500's traceback) to stderr, which process.py keeps in the provider's log.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "root": {"level": "ERROR", "handlers": ["stderr"]},
+}

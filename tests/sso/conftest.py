@@ -51,14 +51,27 @@ def sso(settings, provider):
     forget_discovery()
 
 
-def sso_login(client, username: str, password: str = PASSWORD, *, start: str = "/oidc/authenticate/"):
+def sso_login(
+    client,
+    username: str,
+    password: str = PASSWORD,
+    *,
+    start: str = "/oidc/authenticate/",
+    browser: requests.Session | None = None,
+):
     """Click "Log in with single sign-on", sign in at the provider, come back. Returns the
-    app's answer to the provider's redirect (or to the start, if it never left the app)."""
+    app's answer to the provider's redirect (or to the start, if it never left the app).
+    `browser` keeps the provider's cookies (its session) for later requests."""
     response = client.get(start)
     if response.status_code != 302:
         return response
-    browser = requests.Session()
-    url = response["Location"]
+    return follow(client, response["Location"], username, password, browser=browser)
+
+
+def follow(client, url: str, username: str = "", password: str = PASSWORD, *, browser=None):
+    """Follow the provider's redirects (signing in if it asks) back to the app; the app's
+    answer to the provider's last redirect."""
+    browser = browser if browser is not None else requests.Session()
     for _hop in range(10):
         if url.startswith("http://testserver/"):
             parts = urlsplit(url)
