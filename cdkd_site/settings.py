@@ -122,6 +122,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A body over CDKD_REQUEST_MAX_BYTES is refused before any of it is read or stored.
+    "cdkd_site.limits.RequestBodyLimit",
     # Static files straight from gunicorn, before sessions and auth touch the request.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -400,6 +402,8 @@ CDKD_DESTROY_RESOURCE_TIMEOUT_SECONDS = envint("CDKD_DESTROY_RESOURCE_TIMEOUT_SE
 CDKD_DESTROY_RESOURCE_WARN_AFTER_SECONDS = envint("CDKD_DESTROY_RESOURCE_WARN_AFTER_SECONDS", "300", minimum=1)
 # Largest cdk.out zip "Plan a deploy" accepts, and the most its files may expand to (bytes).
 CDKD_ASSEMBLY_MAX_BYTES = envint("CDKD_ASSEMBLY_MAX_BYTES", str(64 * 1024 * 1024), minimum=1024)
+# The largest request body at all (an assembly upload and its form fields, with room to spare).
+CDKD_REQUEST_MAX_BYTES = envint("CDKD_REQUEST_MAX_BYTES", str(CDKD_ASSEMBLY_MAX_BYTES + 1024 * 1024), minimum=65536)
 # The storage class keeping uploaded assemblies by content digest (S3: see README, django-storages).
 CDKD_ASSEMBLY_STORAGE = os.environ.get("CDKD_ASSEMBLY_STORAGE") or "django.core.files.storage.FileSystemStorage"
 # Its options as a JSON object; unset, the filesystem default keeps assemblies under var/assemblies.
