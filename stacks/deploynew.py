@@ -26,6 +26,7 @@ from engine.deploy.plan import StackPlan
 from engine.deploy.render import walk
 from engine.deploy.run import STATEFUL_CONSENT
 from stacks import actions, deployplan, operations
+from stacks.forms import one_line
 from stacks.models import Account, Assembly, DeployPlan, Operation, OperationKind, Stack
 from stacks.secretmask import flagged_paths
 
@@ -209,5 +210,5 @@ def request_deploy(
         plan.region,
         params,
         client_address=client_address,
-        reason=reason,  # shown to approvers and kept in the audit, as for every kind
+        reason=one_line(reason),  # shown to approvers and kept in the audit, as for every kind
     )

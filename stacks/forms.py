@@ -14,6 +14,12 @@ from stacks.models import Assembly, LockState, OperationKind, OperationStatus, R
 REASON_MAX = 500  # Operation.reason's length
 
 
+def one_line(text: str) -> str:
+    """Plain text on one line: control characters (newlines included) become spaces, runs
+    of spaces one. For reasons and names shown to other people and kept in the audit."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text or "").split())
+
+
 def _label(form: forms.Form, name: str) -> str:
     field = form.fields.get(name)
     label = field.label if field is not None and field.label else name.replace("_", " ")
@@ -197,9 +203,7 @@ class OperationParamsForm(WordedForm):
         return list(dict.fromkeys(ids))
 
     def clean_reason(self) -> str:
-        # One line of plain text: control characters (newlines included) become spaces.
-        text = self.cleaned_data.get("reason") or ""
-        return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+        return one_line(self.cleaned_data.get("reason") or "")
 
     def params(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -245,8 +249,7 @@ class StateMigrateForm(WordedForm):
         return region
 
     def clean_reason(self) -> str:
-        text = self.cleaned_data.get("reason") or ""
-        return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+        return one_line(self.cleaned_data.get("reason") or "")
 
     def params(self) -> dict[str, Any]:
         return {"remove_legacy": bool(self.cleaned_data.get("remove_legacy"))}

@@ -140,7 +140,7 @@ def _request_deploy(request, plan_id: int, body: DeployRequestIn) -> tuple[int, 
     op = deploynew.request_deploy(
         request.user,
         plan,
-        reason=" ".join("".join(c if c.isprintable() else " " for c in body.reason).split()),
+        reason=body.reason,
         stateful_consent=body.stateful_consent,
         client_address=client_ip(request),
     )

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from stacks.api.tokens import create_token, revoke_token
 from stacks.audit import client_ip
-from stacks.forms import WordedForm
+from stacks.forms import WordedForm, one_line
 from stacks.models import ApiToken
 from stacks.views.common import AuthedRequest
 
@@ -31,7 +31,7 @@ class TokenForm(WordedForm):
     read_only = forms.BooleanField(required=False, label="Read-only", initial=True)
 
     def clean_name(self) -> str:
-        name = " ".join("".join(c if c.isprintable() else " " for c in self.cleaned_data["name"]).split())
+        name = one_line(self.cleaned_data["name"])
         if not name:
             raise forms.ValidationError("Name is required.")
         return name

@@ -81,7 +81,7 @@ def test_it_plans_requests_approves_and_deploys_from_a_script(world, queue):
     assert body(call("GET", f"/api/v1/deploy-plans/{plan.pk}", tokens["vera"])) == got
     assert call("GET", f"/api/v1/deploy-plans/{plan.pk}", tokens["otto"]).status_code == 404
 
-    requested = call("POST", f"/api/v1/deploy-plans/{plan.pk}/request", tokens["olivia"], {"reason": "CHG-7 first"})
+    requested = call("POST", f"/api/v1/deploy-plans/{plan.pk}/request", tokens["olivia"], {"reason": "CHG-7\nfirst"})
     assert requested.status_code == 201, requested.content
     op = Operation.objects.get()
     assert body(requested)["id"] == op.pk and op.kind == "deploy" and op.reason == "CHG-7 first"
