@@ -189,7 +189,13 @@ def requestable(reasons: list[str]) -> bool:
 
 
 def request_deploy(
-    user, plan: DeployPlan, *, reason: str = "", stateful_consent: bool = False, client_address: str | None = None
+    user,
+    plan: DeployPlan,
+    *,
+    reason: str = "",
+    stateful_consent: bool = False,
+    client_address: str | None = None,
+    via: str = "web",
 ) -> Operation:
     """Request the deploy of `plan` (the pipeline checks the role, plans again and
     compares, audits and queues per the account's policy)."""
@@ -211,4 +217,5 @@ def request_deploy(
         params,
         client_address=client_address,
         reason=one_line(reason),  # shown to approvers and kept in the audit, as for every kind
+        via=via,
     )

@@ -97,8 +97,9 @@ def _drifted_rows(check: DriftCheck) -> list[dict]:
 
 
 def notify_drift(check: DriftCheck) -> None:
-    """drift.found, once per drift (see drift_dedupe_key), with the drifted logical ids."""
-    drifted = [str(r.get("logicalId", "")) for r in _drifted_rows(check)]
+    """drift.found, once per drift (see drift_dedupe_key), with the drifted logical ids
+    (sorted: the record's order is the order its resources were written in)."""
+    drifted = sorted(str(r.get("logicalId", "")) for r in _drifted_rows(check))
     notify.emit(
         EventKind.DRIFT_FOUND,
         check.account,

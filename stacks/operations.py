@@ -167,6 +167,7 @@ def request_operation(
     client_address: str | None = None,
     reason: str = "",
     rerun_of: Operation | None = None,
+    via: str = "web",
 ) -> Operation:
     """Plan the operation and record the request; queue it at once when the account's policy
     needs no approval. Raises PermissionDenied without the operator role, and the engine's
@@ -175,7 +176,8 @@ def request_operation(
 
     `rerun_of`: "Run again" of that operation. When the new plan's digest and ETag equal
     its plan, the approvals it had carry over (they approved this exact plan); otherwise
-    the new plan needs approvals of its own."""
+    the new plan needs approvals of its own. `via`: "web", or "api" for a token's call (the
+    run is the worker's either way; only the command line runs as its person)."""
     if not has_role(user, account, Role.OPERATOR):
         raise PermissionDenied(f"You need the operator role on {account} to request this")
     params = params or {}
@@ -187,6 +189,8 @@ def request_operation(
     policy = policy_for(account, kind)
     same_plan = rerun_of is not None and rerun_of.plan_digest == plan.digest and rerun_of.plan_etag == (plan.etag or "")
     details: dict[str, Any] = {"reason": reason}
+    if via != "web":
+        details["via"] = via
     override = forced_override(plan.as_json(), params)
     if override:
         details["force"] = override
@@ -213,6 +217,7 @@ def request_operation(
             secret_params=secret,
             reason=reason,
             rerun_of=rerun_of,
+            via=via,
             plan=plan.as_json(),
             plan_digest=plan.digest,
             plan_etag=plan.etag or "",
@@ -508,7 +513,7 @@ def run_operation(op_id: int) -> Operation | None:
 def _execute(op: Operation) -> Operation:
     audit.record(
         "operation.started",
-        actor="worker" if op.via == "web" else op.requester_name,
+        actor=op.requester_name if op.via == "cli" else "worker",
         operation=op,
         etag_before=op.plan_etag,
     )
@@ -547,7 +552,7 @@ def _execute(op: Operation) -> Operation:
     _finish(op, status, error=error, result=result, etag_before=etag_before, etag_after=etag_after)
     audit.record(
         "operation.finished",
-        actor="worker" if op.via == "web" else op.requester_name,
+        actor=op.requester_name if op.via == "cli" else "worker",
         operation=op,
         etag_before=etag_before,
         etag_after=etag_after,

@@ -68,7 +68,7 @@ class Operation(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
     )
     requester_name = models.CharField(max_length=255, help_text="username, or cli:<os user>")
-    via = models.CharField(max_length=8, default="web", help_text="web or cli")
+    via = models.CharField(max_length=8, default="web", help_text="web, api (a token's call) or cli")
     params = models.JSONField(default=dict, blank=True)
     # The parameters the kind's spec names `secret_params` (a deploy's template parameters),
     # encrypted at rest like record bodies; `all_params` gives the engine both.

@@ -143,6 +143,7 @@ def _request_deploy(request, plan_id: int, body: DeployRequestIn) -> tuple[int, 
         reason=body.reason,
         stateful_consent=body.stateful_consent,
         client_address=client_ip(request),
+        via="api",
     )
     target(request, operation=op)
     return 201, operation_detail(request.user, op)
@@ -183,6 +184,7 @@ def _state_migrate(request, account_id: str, body: StateMigrateIn) -> tuple[int,
         params,
         client_address=client_ip(request),
         reason=form.cleaned_data.get("reason") or "",
+        via="api",
     )
     target(request, operation=op)
     return 201, operation_detail(user, op)

@@ -184,6 +184,7 @@ def _request(request, body: OperationRequestIn) -> tuple[int, dict]:
         params,
         client_address=client_ip(request),
         reason=form.cleaned_data.get("reason") or "",
+        via="api",
     )
     target(request, operation=op)
     return 201, operation_detail(user, op)

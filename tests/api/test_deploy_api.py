@@ -86,6 +86,11 @@ def test_it_plans_requests_approves_and_deploys_from_a_script(world, queue):
     op = Operation.objects.get()
     assert body(requested)["id"] == op.pk and op.kind == "deploy" and op.reason == "CHG-7 first"
     assert op.status == OperationStatus.AWAITING_APPROVAL and op.params["deploy_plan_digest"] == plan.digest
+    assert op.via == "api" and body(requested)["via"] == "api"
+    assert AuditEvent.objects.get(action="operation.requested", operation=op).details["via"] == "api"
+    page = Client()
+    page.force_login(op.requested_by)
+    assert '<span class="badge info">API token</span>' in page.get(f"/operations/{op.pk}/").content.decode()
     assert call("POST", f"/api/v1/operations/{op.pk}/approve", tokens["olivia"], {}).status_code == 403
     approved = call("POST", f"/api/v1/operations/{op.pk}/approve", tokens["arthur"], {"comment": "ok"})
     assert approved.status_code == 200 and body(approved)["status"] == OperationStatus.QUEUED

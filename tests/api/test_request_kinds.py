@@ -48,7 +48,7 @@ def test_it_requests_each_kind_with_its_options(world, planned, kind, params, st
 
     assert response.status_code == 201, response.content
     op = Operation.objects.get(pk=json.loads(response.content)["id"])
-    assert op.kind == kind and op.params == stored
+    assert op.kind == kind and op.params == stored and op.via == "api"
     assert op.status == OperationStatus.AWAITING_APPROVAL or op.status == OperationStatus.QUEUED
     assert AuditEvent.objects.filter(action="api.operation.request", operation=op, result="ok").exists()
 
