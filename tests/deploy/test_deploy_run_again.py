@@ -27,11 +27,15 @@ from rq import SimpleWorker
 from stacks.models import Account, Membership, Operation, OperationStatus, Role
 from stacks.operations import reap_abandoned, request_operation
 from tests.deploy.test_deploy_killed_worker import shared_queue  # noqa: F401 - the fixture
-from tests.deploy.test_deploy_operation import _assembly_storage, plan_upload  # noqa: F401 - autouse fixture
+from tests.deploy.test_deploy_operation import plan_upload
 from tests.deploy.zips import GOLDEN, zip_dir
 from tests.support.workers import kill_tree, wait_for, worker_process
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("assembly_storage"),
+]
 
 A1 = "111111111111"
 BUCKET = f"cdkd-state-{A1}"

@@ -23,9 +23,7 @@ from tests.deploy.test_deploy_operation import (
     KEY,
     RECORD,
     REGION,
-    _assembly_storage,  # noqa: F401 - the autouse fixture
     plan_upload,
-    queue,  # noqa: F401 - the fixture
     request_deploy,
     sqs,
     work,
@@ -33,7 +31,11 @@ from tests.deploy.test_deploy_operation import (
 )
 from tests.deploy.zips import GOLDEN, files_of, zip_entries
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("assembly_storage"),
+]
 
 ASSETS = f"cdk-hnb659fds-assets-{A1}-{REGION}"
 MANIFEST = "GoldenCdkStack.assets.json"
