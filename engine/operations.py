@@ -119,6 +119,9 @@ class Context:
     # Who imports (stack, region): (consumers, unreadable). Set by the pipeline so a PLAN
     # reads its mirror instead of every record of the bucket; execute always reads the bucket.
     consumers: Callable[[str, str], tuple[list[str], list[str]]] | None = None
+    # Which other records hold these physical ids (stack, region, ids) -> (held, unreadable):
+    # the same, for destroy's journal-only protection rule (engine.destroy.scan_holders).
+    holders: Callable[[str, str, set[str]], tuple[dict[str, list[str]], list[str]]] | None = None
 
     @property
     def lock_owner(self) -> str:

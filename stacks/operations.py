@@ -28,7 +28,7 @@ from engine.operations import Context, OperationRefused, Plan, StalePlan, spec_f
 from stacks import audit, notify
 from stacks.access import has_role, role_on
 from stacks.actions import forced_override, predicted_refusal
-from stacks.consumers import mirror_finder
+from stacks.consumers import mirror_finder, mirror_holders
 from stacks.models import (
     Account,
     Approval,
@@ -135,6 +135,7 @@ def compute_plan(account: Account, kind: str, stack_name: str, region: str | Non
     )
     ctx = _context(probe)
     ctx.consumers = mirror_finder(account)  # destroy's import check: the mirror, not a GET per record
+    ctx.holders = mirror_holders(account)  # and its journal-only protection rule
     return spec_for(kind).plan(ctx)
 
 

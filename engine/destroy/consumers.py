@@ -13,11 +13,8 @@ from engine.schema import (
 )
 
 
-def scan_consumers(ctx: Context, stack: str, region: str) -> tuple[list[str], list[str]]:
-    """(consumers, unreadable) over every OTHER record under the prefix (cdkd's
-    `scanActiveConsumers`): a consumer is an `imports` entry whose sourceStack and
-    sourceRegion name `stack`/`region` (the same name in another region is another stack).
-    Unreadable records are skipped, as cdkd skips them, and returned so a plan can name them."""
+def _other_records(ctx: Context, stack: str, region: str) -> list[tuple[str, str | None, str | None]]:
+    """(key, stack name, key region) of every state record under the prefix but this one."""
     own = ctx.layout.state_key(stack, region)
     keys: list[tuple[str, str | None, str | None]] = []
     for item in ctx.bucket.list_objects(ctx.layout.list_prefix):
@@ -25,6 +22,54 @@ def scan_consumers(ctx: Context, stack: str, region: str) -> tuple[list[str], li
         if parsed is None or parsed.kind not in (KeyKind.STATE, KeyKind.LEGACY_STATE) or item.key == own:
             continue
         keys.append((item.key, parsed.stack_name, parsed.region))
+    return keys
+
+
+def scan_holders(
+    ctx: Context, stack: str, region: str, physical_ids: set[str]
+) -> tuple[dict[str, list[str]], list[str]]:
+    """({physical id: [keys of the other records that hold it]}, unreadable) over every OTHER
+    record under the prefix: whether a resource only this stack's rollback journal records
+    has since been adopted by another stack (a later `cdkd import`), seed 004's condition for
+    turning its protection off."""
+    if not physical_ids:
+        return {}, []
+
+    def inspect(entry: tuple[str, str | None, str | None]) -> tuple[list[tuple[str, str]], str | None]:
+        key, name, key_region = entry
+        try:
+            stored = ctx.bucket.get(key)
+        except NotFound:
+            return [], None  # deleted since the listing
+        except EngineError as exc:
+            return [], f"{key} ({exc})"
+        record = parse_state(stored.body, key_region=key_region, stack_name=name)
+        if not isinstance(record.data, dict) or not isinstance(record.data.get("resources"), dict):
+            return [], f"{key} (not a readable record)"
+        found = []
+        for _lid, row in record.resource_rows():
+            pid = row.get("physicalId") if isinstance(row, dict) else None
+            if isinstance(pid, str) and pid in physical_ids:
+                found.append((pid, key))
+        return found, None
+
+    held: dict[str, list[str]] = {}
+    unreadable: list[str] = []
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for found, problem in pool.map(inspect, _other_records(ctx, stack, region)):
+            for pid, key in found:
+                held.setdefault(pid, []).append(key)
+            if problem:
+                unreadable.append(problem)
+    return held, unreadable
+
+
+def scan_consumers(ctx: Context, stack: str, region: str) -> tuple[list[str], list[str]]:
+    """(consumers, unreadable) over every OTHER record under the prefix (cdkd's
+    `scanActiveConsumers`): a consumer is an `imports` entry whose sourceStack and
+    sourceRegion name `stack`/`region` (the same name in another region is another stack).
+    Unreadable records are skipped, as cdkd skips them, and returned so a plan can name them."""
+    keys = _other_records(ctx, stack, region)
 
     def inspect(entry: tuple[str, str | None, str | None]) -> tuple[list[str], str | None]:
         key, name, key_region = entry

@@ -27,7 +27,7 @@ from engine.destroy.common import (
     _residual_digest,
     _where,
 )
-from engine.destroy.consumers import _refuse_consumers, scan_consumers
+from engine.destroy.consumers import _refuse_consumers, scan_consumers, scan_holders
 from engine.destroy.journal import journal_only_rows
 from engine.destroy.ordering import destroy_graph
 from engine.destroy.protection import Protection, looks_protected
@@ -42,6 +42,11 @@ from engine.schema import (
     version_line,
     write_version,
 )
+
+# Types whose physical ids AWS never hands out twice (an instance id, a load balancer's ARN
+# with its random suffix): seed 004's proof that a journal-only resource is still the one
+# the failed deploy created.
+NEVER_REUSED_IDS = frozenset({"AWS::EC2::Instance", "AWS::ElasticLoadBalancingV2::LoadBalancer"})
 
 
 @dataclass(frozen=True)
@@ -203,19 +208,28 @@ class Planner:
         journal_rows, journal_warnings = journal_only_rows(journal_stored, rows)
         warnings += [f"{where}: {w}" for w in journal_warnings]
         planned_journal: dict[str, dict[str, Any]] = {}
+        protected = {
+            jkey
+            for jkey, jrow in journal_rows.items()
+            if jrow["resourceType"] in (opts.protection.types if opts.protection else ())
+            or looks_protected(jrow["properties"])
+        }
+        proofs = self._journal_proofs(ctx, stack, region, journal_rows, protected, opts)
         for jkey, jrow in journal_rows.items():
             entry = self._plan_row(ctx, stack, region, jrow["logicalId"], jrow, opts, depth, journal=True)
             entry["logicalId"] = jrow["logicalId"]
             entry["journal"] = True
+            proof, why_not = proofs.get(jkey, (None, None))
+            if proof and entry["action"] in (ACTION_DELETE, ACTION_SNAPSHOT):
+                entry["removeProtection"] = True
+                entry["protectionProof"] = proof
             planned_journal[jkey] = entry
             changes.append(indent + _change_line(jkey, entry))
-            if entry["resourceType"] in (opts.protection.types if opts.protection else ()) or looks_protected(
-                jrow["properties"]
-            ):
+            if jkey in protected and not entry.get("removeProtection"):
                 warnings.append(
                     f"{where}: {jrow['logicalId']} ({entry['resourceType']}) is only in the rollback journal: its "
-                    f"protection is never turned off here (nothing proves it is still the resource the failed deploy "
-                    f"created); a protected one's delete fails and the journal keeps it for a re-run"
+                    f"protection stays on ({why_not or 'remove protection was not asked for'}); a protected one's "
+                    f"delete fails and the journal keeps it for a re-run"
                 )
         for lid in [lid for level in levels for lid in level]:
             row = rows[lid]
@@ -264,6 +278,44 @@ class Planner:
             "schema_version": write_version({k: v for k, v in parsed.data.items() if k not in _TRIM_DROPS}),
         }
         return data, changes, warnings
+
+    def _journal_proofs(
+        self,
+        ctx: Context,
+        stack: str,
+        region: str,
+        journal_rows: dict[str, dict[str, Any]],
+        protected: set[str],
+        opts: Any,
+    ) -> dict[str, tuple[str | None, str | None]]:
+        """Seed 004: with remove protection, a protected resource only the journal records has
+        its protection turned off only when it provably is the one the failed deploy made (its
+        type's ids are never reused) and no other stack's record holds it now. {key: (proof,
+        None) or (None, why not)} for the protected rows; a live-read proof is not attempted,
+        so a type whose names can be reused keeps its protection."""
+        if not opts.remove_protection or not protected:
+            return {}
+        out: dict[str, tuple[str | None, str | None]] = {}
+        ids: dict[str, str] = {}
+        for jkey in protected:
+            row = journal_rows[jkey]
+            pid = row.get("physicalId")
+            if row["resourceType"] not in NEVER_REUSED_IDS or not isinstance(pid, str) or not pid:
+                out[jkey] = (None, "nothing proves it is still the resource the failed deploy created: its type's "
+                             "names can be taken again")  # fmt: skip
+            else:
+                ids[jkey] = pid
+        if ids:
+            finder = ctx.holders or (lambda s, r, p: scan_holders(ctx, s, r, p))
+            held, unreadable = finder(stack, region, set(ids.values()))
+            for jkey, pid in ids.items():
+                if held.get(pid):
+                    out[jkey] = (None, f"another stack's record holds {pid} now: {', '.join(sorted(held[pid])[:3])}")
+                elif unreadable:
+                    out[jkey] = (None, f"records that cannot be read may hold it: {', '.join(unreadable[:3])}")
+                else:
+                    out[jkey] = ("its type's ids are never reused, and no other stack's record holds it", None)
+        return out
 
     def _plan_row(
         self,

@@ -451,7 +451,7 @@ class _Run:
         if action in (ACTION_NESTED, ACTION_GONE):
             return self._destroy_child(ctx, region, task.lid, task.entry, prefix)
         ref = _ref(ctx, region, task.lid, task.row)
-        return delete_row(self, task, ref, action == ACTION_SNAPSHOT)
+        return delete_row(self, task, ref, action == ACTION_SNAPSHOT, ctx, region)
 
     def _settle(
         self, future: Future[Any], ctx: Context, stack: str, task: RowTask, result: _StackResult, prefix: str

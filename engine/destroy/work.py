@@ -73,13 +73,33 @@ def pause(run: _Run, seconds: float, abort: threading.Event) -> None:
         abort.wait(min(left, 1.0))
 
 
-def delete_row(run: _Run, task: RowTask, ref: Any, snapshot: bool) -> Any:
+def still_unheld(run: _Run, ctx: Any, region: str, task: RowTask, ref: Any) -> bool:
+    """A journal-only row's protection proof, again under the lock: no other stack's record
+    may have adopted the resource since the plan (seed 004). The bucket is read, never a mirror."""
+    from engine.destroy.consumers import scan_holders
+
+    held, unreadable = scan_holders(ctx, ctx.stack, region, {ref.physical_id})
+    if not held and not unreadable:
+        return True
+    why = f"held by {', '.join(held[ref.physical_id][:3])}" if held else f"{', '.join(unreadable[:3])} cannot be read"
+    run.ctx.log(
+        "warning",
+        f"{task.lid} ({ref.resource_type}) is only in the rollback journal and another record may hold it now "
+        f"({why}): its protection stays on",
+    )
+    return False
+
+
+def delete_row(run: _Run, task: RowTask, ref: Any, snapshot: bool, ctx: Any = None, region: str = "") -> Any:
     """The provider delete of one row, with the guard off around it and cdkd's retries."""
     seams = run.destroy.seams
     clients = run.clients()
     protection = run.protection
     log = run.ctx.log
-    if task.entry.get("removeProtection") and protection is not None:
+    lift = task.entry.get("removeProtection") and protection is not None
+    if lift and task.entry.get("journal"):
+        lift = still_unheld(run, ctx or run.ctx, region, task, ref)
+    if lift:
         task.guard = disable(protection, clients, ref, log)
     delays = () if task.entry.get("noRetry") else run.retry_delays
     while True:

@@ -583,3 +583,97 @@ def test_a_childs_unverified_guards_show_on_the_parents_summary(aws, bucket):
 
     assert outcome.status == "succeeded" and outcome.details["counts"]["unverified"] == 1
     assert any("App~Nested: ChildRole (ownership: tags could not be read)" in w for w in outcome.warnings)
+
+
+# --- remove protection on what only the rollback journal records (seed 004's proof) --------------
+
+INSTANCE = "AWS::EC2::Instance"
+
+
+def journal_protection(guards: dict[str, bool], calls: list) -> FakeProtection:
+    protection = FakeProtection(guards, calls)
+    protection.PROTECTION_TYPES = frozenset({TABLE, INSTANCE})
+    return protection
+
+
+def with_journal_only(aws, *failed: dict[str, Any]) -> None:
+    aws.put(ACCOUNT, BUCKET, STATE, cdkd_json(record(resources={"Q": res("AWS::SQS::Queue", "q")})))
+    aws.put(ACCOUNT, BUCKET, JOURNAL, cdkd_json(journal_of(*failed)))
+
+
+def test_it_lifts_a_journal_only_instances_protection_when_nothing_else_holds_it(aws, bucket):
+    with_journal_only(
+        aws, failed_create("Web", INSTANCE, "i-0abc", attemptedProperties={"DisableApiTermination": True})
+    )
+    calls: list = []
+    fake = FakeAws(aws, {"q", "i-0abc"})
+    fake.on_call = lambda ref: calls.append(("delete", ref.logical_id))
+
+    plan, outcome = run(
+        Destroy(delete=fake.delete, protection=journal_protection({"i-0abc": True}, calls)),
+        context(bucket, remove_protection=True),
+    )
+
+    row = plan.data["journal"]["rows"]["journal:Web"]
+    assert row["removeProtection"] is True and "never reused" in row["protectionProof"]
+    assert any(c.startswith("turn its protection off, then delete journal:Web") for c in plan.changes)
+    assert calls[:3] == [("read", "Web"), ("set", "Web", False), ("delete", "Web")]
+    assert outcome.status == "succeeded" and fake.live == set()
+
+
+def test_it_keeps_the_protection_of_a_journal_only_resource_another_stack_holds(aws, bucket):
+    with_journal_only(aws, failed_create("Web", INSTANCE, "i-0abc"))
+    other = record(resources={"Imported": res(INSTANCE, "i-0abc")}, stackName="Adopter")
+    aws.put(ACCOUNT, BUCKET, "cdkd/Adopter/us-east-1/state.json", cdkd_json(other))  # a later `cdkd import`
+    calls: list = []
+    fake = FakeAws(aws, {"q", "i-0abc"})
+    fake.fail["i-0abc"] = ProviderError("The instance may not be terminated (DisableApiTermination)")
+
+    plan, outcome = run(
+        Destroy(delete=fake.delete, protection=journal_protection({"i-0abc": True}, calls)),
+        context(bucket, remove_protection=True),
+    )
+
+    assert "removeProtection" not in plan.data["journal"]["rows"]["journal:Web"]
+    assert any(
+        "protection stays on (another stack's record holds i-0abc now: cdkd/Adopter/us-east-1/state.json)" in w
+        for w in plan.warnings
+    )
+    assert ("set", "Web", False) not in calls and outcome.status == "partial"
+    assert aws.get(ACCOUNT, BUCKET, JOURNAL)  # the journal keeps it for a re-run
+
+
+def test_it_keeps_the_protection_of_a_journal_only_table_whose_name_can_be_taken_again(aws, bucket):
+    with_journal_only(
+        aws, failed_create("Table", TABLE, "orders", attemptedProperties={"DeletionProtectionEnabled": True})
+    )
+    calls: list = []
+    fake = FakeAws(aws, {"q", "orders"})
+
+    plan, _ = run(
+        Destroy(delete=fake.delete, protection=journal_protection({"orders": True}, calls)),
+        context(bucket, remove_protection=True),
+    )
+
+    assert "removeProtection" not in plan.data["journal"]["rows"]["journal:Table"]
+    assert any("its type's names can be taken again" in w for w in plan.warnings)
+    assert ("set", "Table", False) not in calls
+
+
+def test_it_checks_the_holders_again_under_the_lock(aws, bucket):
+    with_journal_only(aws, failed_create("Web", INSTANCE, "i-0abc"))
+    calls: list = []
+    fake = FakeAws(aws, {"q", "i-0abc"})
+    fake.fail["i-0abc"] = ProviderError("The instance may not be terminated (DisableApiTermination)")
+    spec = Destroy(delete=fake.delete, protection=journal_protection({"i-0abc": True}, calls))
+    ctx = context(bucket, remove_protection=True)
+    plan = spec.plan(ctx)
+    assert plan.data["journal"]["rows"]["journal:Web"]["removeProtection"] is True
+    other = record(resources={"Imported": res(INSTANCE, "i-0abc")}, stackName="Adopter")
+    aws.put(ACCOUNT, BUCKET, "cdkd/Adopter/us-east-1/state.json", cdkd_json(other))  # adopted after the plan
+    LOGS.clear()
+
+    outcome = spec.execute(ctx, Plan.from_json(plan.as_json()))
+
+    assert ("set", "Web", False) not in calls and outcome.status == "partial"
+    assert any("its protection stays on" in m and "Adopter" in m for _level, m in LOGS)
