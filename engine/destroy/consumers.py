@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from engine.destroy.common import _where
 from engine.errors import EngineError, NotFound
@@ -25,6 +26,19 @@ def _other_records(ctx: Context, stack: str, region: str) -> list[tuple[str, str
     return keys
 
 
+def _read_other(ctx: Context, entry: tuple[str, str | None, str | None]) -> tuple[Any, str | None]:
+    """(the parsed record, None); (None, None) when it was deleted since the listing; or
+    (None, why it cannot be read)."""
+    key, name, key_region = entry
+    try:
+        stored = ctx.bucket.get(key)
+    except NotFound:
+        return None, None
+    except EngineError as exc:
+        return None, f"{key} ({exc})"
+    return parse_state(stored.body, key_region=key_region, stack_name=name), None
+
+
 def scan_holders(
     ctx: Context, stack: str, region: str, physical_ids: set[str]
 ) -> tuple[dict[str, list[str]], list[str]]:
@@ -36,14 +50,10 @@ def scan_holders(
         return {}, []
 
     def inspect(entry: tuple[str, str | None, str | None]) -> tuple[list[tuple[str, str]], str | None]:
-        key, name, key_region = entry
-        try:
-            stored = ctx.bucket.get(key)
-        except NotFound:
-            return [], None  # deleted since the listing
-        except EngineError as exc:
-            return [], f"{key} ({exc})"
-        record = parse_state(stored.body, key_region=key_region, stack_name=name)
+        key = entry[0]
+        record, problem = _read_other(ctx, entry)
+        if record is None:
+            return [], problem
         if not isinstance(record.data, dict) or not isinstance(record.data.get("resources"), dict):
             return [], f"{key} (not a readable record)"
         found = []
@@ -73,13 +83,9 @@ def scan_consumers(ctx: Context, stack: str, region: str) -> tuple[list[str], li
 
     def inspect(entry: tuple[str, str | None, str | None]) -> tuple[list[str], str | None]:
         key, name, key_region = entry
-        try:
-            stored = ctx.bucket.get(key)
-        except NotFound:
-            return [], None  # deleted since the listing
-        except EngineError as exc:
-            return [], f"{key} ({exc})"
-        record = parse_state(stored.body, key_region=key_region, stack_name=name)
+        record, problem = _read_other(ctx, entry)
+        if record is None:
+            return [], problem
         data = record.data
         if not isinstance(data, dict):
             return [], f"{key} (not a readable record)"
