@@ -109,6 +109,12 @@ def why_not(stack: Stack, kind: str, *, lock: Lock | None = None, lock_known: bo
     return None  # restore: the chosen version is checked when it is planned
 
 
+def migrate_region(account: Account) -> str:
+    """The region `state migrate` names by default: the one in the legacy bucket's name,
+    where the sync found it, else the account's."""
+    return account.bucket_region or account.cli_region
+
+
 def migrate_why_not(account: Account, *, lock_keys: list[str] | None = None) -> str | None:
     """Why `state migrate` cannot be requested for this account, from the mirror, or None
     (engine.migrate refuses the same at plan and run time, reading both buckets).

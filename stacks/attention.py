@@ -458,7 +458,7 @@ def _record_rows(ctx: Context) -> list[Row]:
         for account_pk, key in Lock.objects.filter(account__in=legacy).values_list("account_id", "key"):
             locks.setdefault(account_pk, []).append(key)
     for account in legacy:
-        region = account.bucket_region or account.cli_region
+        region = actions.migrate_region(account)
         reason = ctx.may(account) or actions.migrate_why_not(account, lock_keys=locks.get(account.pk, [])) or ""
         step = Step(
             "State migrate",

@@ -22,6 +22,7 @@ from django.utils import timezone
 from engine.drift import DRIFTED, DriftReport, check_stack
 from engine.errors import EngineError
 from engine.keys import KeyLayout
+from engine.operations import OperationRefused
 from stacks import notify
 from stacks.models import Account, DriftCheck, EventKind, Stack
 from stacks.records import open_bucket
@@ -222,7 +223,9 @@ def check_pending(stack: Stack) -> bool:
 def request_check(user, stack: Stack, *, client_address: str | None = None) -> bool:
     """Queue a check of `stack` now, on the "sync" queue once the request commits; False
     when one is already queued or running (one live check per stack). Reads only, so not
-    an Operation, but audited: it reads every resource with the account's role."""
+    an Operation, but audited: it reads every resource with the account's role. Refuses as
+    the pages do: PermissionDenied without the operator role, then OperationRefused with
+    `check_why_not`'s reason."""
     from cdkd_site.queues import enqueue_unique, get_queue
     from stacks import audit
     from stacks.access import has_role
@@ -230,6 +233,9 @@ def request_check(user, stack: Stack, *, client_address: str | None = None) -> b
 
     if not has_role(user, stack.account, Role.OPERATOR):
         raise PermissionDenied(f"Checking drift needs the operator role on {stack.account}.")
+    why = check_why_not(stack)
+    if why:
+        raise OperationRefused(why)
     get_queue("sync").connection.ping()  # RedisError: nothing is audited or queued
     if check_pending(stack):
         return False

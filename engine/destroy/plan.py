@@ -286,7 +286,7 @@ class Planner:
         region: str,
         journal_rows: dict[str, dict[str, Any]],
         protected: set[str],
-        opts: Any,
+        opts: PlanOptions,
     ) -> dict[str, tuple[str | None, str | None]]:
         """Seed 004: with remove protection, a protected resource only the journal records has
         its protection turned off only when it provably is the one the failed deploy made (its

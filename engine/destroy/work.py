@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.destroy.common import ACTION_SNAPSHOT, _reads_as_not_found
+from engine.destroy.consumers import scan_holders
 from engine.destroy.protection import GuardState, compensate, disable
 from engine.destroy.retry import retry_class
 from engine.destroy.seams import _skip_types
@@ -76,8 +77,6 @@ def pause(run: _Run, seconds: float, abort: threading.Event) -> None:
 def still_unheld(run: _Run, ctx: Any, region: str, task: RowTask, ref: Any) -> bool:
     """A journal-only row's protection proof, again under the lock: no other stack's record
     may have adopted the resource since the plan (seed 004). The bucket is read, never a mirror."""
-    from engine.destroy.consumers import scan_holders
-
     held, unreadable = scan_holders(ctx, ctx.stack, region, {ref.physical_id})
     if not held and not unreadable:
         return True

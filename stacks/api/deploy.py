@@ -35,7 +35,6 @@ from stacks.api.schemas import (
 from stacks.audit import client_ip
 from stacks.forms import StateMigrateForm
 from stacks.models import DeployPlan, OperationKind, Role
-from stacks.views.bucket_requests import default_region
 
 router = Router(tags=["deploy"])
 READ_ERRORS = {401: ErrorOut, 404: ErrorOut, 422: ErrorOut}
@@ -168,7 +167,7 @@ def _state_migrate(request, account_id: str, body: StateMigrateIn) -> tuple[int,
     if why:
         raise ApiError(409, why)
     data = body.dict()
-    data["region"] = data["region"] or default_region(account)
+    data["region"] = data["region"] or actions.migrate_region(account)
     form = StateMigrateForm(data)
     if not form.is_valid():
         raise ApiError(400, " ".join(e for errors in form.errors.values() for e in errors))

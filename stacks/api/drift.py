@@ -53,9 +53,6 @@ def latest_drift(
 def _check_now(request, account_id: str, region_slug: str, stack_name: str) -> tuple[int, dict]:
     stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
     target(request, account=stack.account, stack_name=stack.stack_name, region=stack.region)
-    why = drift.check_why_not(stack)
-    if why:
-        raise ApiError(409, why)
     try:
         queued = drift.request_check(request.user, stack, client_address=client_ip(request))
     except RedisError as exc:

@@ -39,11 +39,6 @@ def _account_or_404(request: AuthedRequest, account_id: str) -> Account:
     return account
 
 
-def default_region(account: Account) -> str:
-    """The region in the legacy bucket's name: where the sync found it, else the account's."""
-    return account.bucket_region or account.cli_region
-
-
 @never_cache
 @require_http_methods(["GET", "POST"])
 def state_migrate_new(request: AuthedRequest, account_id: str) -> HttpResponse:
@@ -57,7 +52,7 @@ def state_migrate_new(request: AuthedRequest, account_id: str) -> HttpResponse:
         return refusal(request, why, 409, title=f"State migrate cannot run on {account}")
     data = request.POST if request.method == "POST" else request.GET.copy()
     if request.method == "GET" and not data.get("region"):
-        data["region"] = default_region(account)
+        data["region"] = actions.migrate_region(account)
     form = StateMigrateForm(data)
     context = {"account": account, "form": form, "kind": KIND, "kind_label": OperationKind(KIND).label}
     if not form.is_valid():

@@ -10,6 +10,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 from redis.exceptions import RedisError
 
+from engine.operations import OperationRefused
 from stacks import drift
 from stacks.access import get_stack_or_404
 from stacks.audit import client_ip
@@ -21,12 +22,11 @@ from stacks.views.operations import refusal
 def stack_drift_check(request: AuthedRequest, account_id: str, region_slug: str, stack_name: str) -> HttpResponse:
     stack = get_stack_or_404(request.user, account_id, region_slug, stack_name)
     try:
-        why = drift.check_why_not(stack)
-        if why:
-            return refusal(request, why, 409, title=f"Drift cannot be checked on {stack.stack_name}")
         queued = drift.request_check(request.user, stack, client_address=client_ip(request))
     except PermissionDenied as exc:
         return refusal(request, str(exc), 403)
+    except OperationRefused as exc:
+        return refusal(request, str(exc), 409, title=f"Drift cannot be checked on {stack.stack_name}")
     except RedisError:
         return refusal(request, "The job queue (Redis) cannot be reached: nothing was queued. Try again later.", 503)
     if queued:
